@@ -1,0 +1,282 @@
+//! The validated configuration model. Everything here has passed every rule of SPEC §4: targets
+//! referenced by rules exist, priorities are unique, secrets are resolved, triggers are parsed.
+//! The engine reads only these types, never the raw YAML structs.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sidetrack_resilience::Triggers;
+
+/// A resolved secret. `Debug` never prints the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it was loaded from (for messages); `<inline>` for strings.
+    pub source: String,
+    pub server: Server,
+    pub auth: Option<Auth>,
+    pub state: Option<State>,
+    pub targets: Vec<Target>,
+    /// Sorted by ascending priority (evaluation order).
+    pub rules: Vec<Rule>,
+    pub defaults: Defaults,
+    pub logging: Logging,
+}
+
+impl Config {
+    pub fn target(&self, name: &str) -> Option<&Target> {
+        self.targets.iter().find(|t| t.name == name)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamCommit {
+    FirstToken,
+    FirstByte,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallerRetryHint {
+    Auto,
+    Off,
+}
+
+#[derive(Debug, Clone)]
+pub struct Server {
+    pub listen: SocketAddr,                // default 127.0.0.1:8080
+    pub admin: SocketAddr,                 // default 127.0.0.1:9090
+    pub tls: Option<Tls>,
+    pub max_request_bytes: usize,          // default 32 MiB
+    pub request_timeout: Duration,         // default 15 min
+    pub shutdown_grace: Duration,          // default 30 s
+    pub response_headers: bool,            // default true
+    pub caller_retry_hint: CallerRetryHint, // default Auto
+    pub stream_commit: StreamCommit,       // default FirstToken
+    pub watch_config: bool,                // default false
+    pub admin_token: Option<Secret>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Tls {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+pub struct Auth {
+    pub keys: Vec<ApiKey>,
+}
+
+#[derive(Debug, Clone)]
+pub enum KeyMatch {
+    /// `env:NAME` resolved at load time (or, in tests, a literal).
+    Plain(Secret),
+    /// `sha256:<hex>`: the lowercase hex SHA-256 of the key, 32 bytes.
+    Sha256([u8; 32]),
+}
+
+#[derive(Debug, Clone)]
+pub struct ApiKey {
+    pub principal: String,
+    pub key: KeyMatch,
+    /// Allow-list globs; `None` = every model.
+    pub models: Option<Vec<String>>,
+    pub limits: Option<Limits>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub requests_per_minute: Option<u64>,
+    pub tokens_per_minute: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct State {
+    pub redis: Option<Redis>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Redis {
+    pub url: String,
+    pub key_prefix: String, // default "sidetrack:"
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    OpenAi,
+    Anthropic,
+    Bedrock,
+}
+
+impl ProviderKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "openai",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Bedrock => "bedrock",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub name: String,
+    pub provider: ProviderKind,
+    /// Always set after validation: for bedrock without `baseUrl` it is
+    /// `https://bedrock-runtime.{region}.amazonaws.com`. No trailing slash.
+    pub base_url: String,
+    pub region: Option<String>,
+    pub api_key: Option<Secret>,
+    /// Globs this target serves. Empty = the field was omitted (serves any model it is sent).
+    pub models: Vec<String>,
+    pub connect_timeout: Duration, // default 5 s
+    /// Per-target breaker overrides, already merged over `defaults.circuitBreaker`.
+    pub circuit_breaker: BreakerPolicy,
+    pub capabilities: Capabilities,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// `None` = not declared (assume it can).
+    pub tools: Option<bool>,
+    pub json_schema: Option<bool>,
+    pub context_window: Option<u64>,
+}
+
+/// SPEC §5.5 knobs, with defaults applied. `overridden` lists the field names that the config wrote
+/// (in `defaults.circuitBreaker` or on the target), so `explain` can mark the rest as defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BreakerPolicy {
+    pub consecutive_failures: u32,   // default 5, >= 1
+    pub open: Duration,              // default 30 s
+    pub max_open: Duration,          // default 5 min, >= open
+    pub backoff_multiplier: f64,     // default 2.0, >= 1.0
+    pub half_open_probes: u32,       // default 3, >= 1
+    pub honor_retry_after: bool,     // default true
+    pub health_threshold: Option<f64>, // 0..=100
+    pub restore_health: f64,         // default 100, 0..=100
+    pub unhealthy_condition: Option<String>, // CEL source, compiled by the engine
+    pub overridden: Vec<&'static str>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Defaults {
+    pub circuit_breaker: BreakerPolicy,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoutingSink {
+    Stdout,
+    Stderr,
+    File(PathBuf),
+    Off,
+}
+
+#[derive(Debug, Clone)]
+pub struct Logging {
+    pub level: String, // default "info"
+    pub routing: RoutingSink, // default Stdout
+    pub otlp_endpoint: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatchOperator {
+    StringLike,
+    StringEquals,
+}
+
+#[derive(Debug, Clone)]
+pub struct Matcher {
+    pub operator: MatchOperator,
+    pub values: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub name: String,
+    pub priority: u32,
+    /// Index in the file's `rules` list (for messages: `rules[2]`).
+    pub index: usize,
+    pub match_models: Option<Matcher>,     // default operator StringLike
+    pub match_principals: Option<Matcher>, // default operator StringEquals
+    pub route: Route,
+}
+
+#[derive(Debug, Clone)]
+pub enum Route {
+    Static(StaticRoute),
+    PriorityGroups(Vec<PriorityGroup>),
+    Weighted(WeightedRoute),
+}
+
+/// `target` + optional pinned `model` (None = send the caller's model).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DestinationRef {
+    pub target: String,
+    pub model: Option<String>,
+}
+
+/// Trigger/timeout settings of one hop, with whether each was written or defaulted.
+#[derive(Debug, Clone)]
+pub struct HopPolicy {
+    /// `Triggers::default_set()` when `triggerOn` was omitted (`is_default()` tells).
+    pub triggers: Triggers,
+    /// `None` = no first-byte timeout on this hop.
+    pub first_byte_timeout: Option<Duration>,
+}
+
+#[derive(Debug, Clone)]
+pub struct StaticRoute {
+    pub primary: DestinationRef,
+    /// The primary's policy (from `fallback.triggerOn` / `fallback.firstByteTimeoutMilliseconds`;
+    /// defaults when there is no `fallback`).
+    pub primary_policy: HopPolicy,
+    pub breaker_mode: BreakerMode, // default Enabled
+    pub fallbacks: Vec<FallbackHop>,
+}
+
+#[derive(Debug, Clone)]
+pub struct FallbackHop {
+    pub destination: DestinationRef,
+    pub policy: HopPolicy,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerMode {
+    Enabled,
+    Disabled,
+}
+
+#[derive(Debug, Clone)]
+pub struct PriorityGroup {
+    pub destinations: Vec<DestinationRef>,
+    pub policy: HopPolicy,
+}
+
+#[derive(Debug, Clone)]
+pub struct WeightedRoute {
+    pub legs: Vec<WeightedLeg>,
+    pub stickiness_header: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct WeightedLeg {
+    pub weight: u32,
+    /// Each leg is a static route of its own (its own optional fallback block).
+    pub route: StaticRoute,
+}

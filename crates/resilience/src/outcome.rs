@@ -1,0 +1,106 @@
+use std::fmt;
+
+/// Transport-level failures an attempt can end in (SPEC §5.3). These are the names users write in
+/// `triggerOn.errors` and read in the routing log's `errorKind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// Refused, reset, DNS, TLS or connect timeout: the request did not get an answer started.
+    ConnectionError,
+    /// Connected, but no response-body byte arrived within the hop's first-byte timeout.
+    FirstByteTimeout,
+    /// No target for the model, or the target does not serve it. No request was sent.
+    Unroutable,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 3] =
+        [ErrorKind::ConnectionError, ErrorKind::FirstByteTimeout, ErrorKind::Unroutable];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::ConnectionError => "CONNECTION_ERROR",
+            ErrorKind::FirstByteTimeout => "FIRST_BYTE_TIMEOUT",
+            ErrorKind::Unroutable => "UNROUTABLE",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ErrorKind> {
+        ErrorKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    fn bit(self) -> u8 {
+        match self {
+            ErrorKind::ConnectionError => 1,
+            ErrorKind::FirstByteTimeout => 2,
+            ErrorKind::Unroutable => 4,
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The one classification of an attempt (SPEC §5.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A 2xx/3xx answer. Never a trigger.
+    Success(u16),
+    /// A 4xx/5xx answer, or an error event before the first token (mapped to the status its error
+    /// type carries, e.g. `overloaded_error` → 529).
+    Status(u16),
+    /// A transport failure; see [`ErrorKind`].
+    Error(ErrorKind),
+}
+
+impl Outcome {
+    pub fn from_status(code: u16) -> Outcome {
+        if code >= 400 {
+            Outcome::Status(code)
+        } else {
+            Outcome::Success(code)
+        }
+    }
+
+    /// The routing-log / metrics label.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Success(_) => "SUCCESS",
+            Outcome::Status(_) => "STATUS",
+            Outcome::Error(k) => k.as_str(),
+        }
+    }
+
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Outcome::Success(c) | Outcome::Status(c) => Some(*c),
+            Outcome::Error(_) => None,
+        }
+    }
+
+    pub fn error_kind(&self) -> Option<ErrorKind> {
+        match self {
+            Outcome::Error(k) => Some(*k),
+            _ => None,
+        }
+    }
+
+    pub fn is_success(&self) -> bool {
+        matches!(self, Outcome::Success(_))
+    }
+}
+
+/// Bit set of [`ErrorKind`]s, used by [`crate::Triggers`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct ErrorSet(u8);
+
+impl ErrorSet {
+    pub(crate) fn insert(&mut self, k: ErrorKind) {
+        self.0 |= k.bit();
+    }
+    pub(crate) fn contains(self, k: ErrorKind) -> bool {
+        self.0 & k.bit() != 0
+    }
+}
