@@ -1,1 +1,70 @@
-//! Wire formats.
+//! Pure wire formats for sidetrack: caller dialects, the SSE codec and error rendering.
+//!
+//! Every dialect module exposes the same functions (`parse_request`, `render_request`,
+//! `classify_stream_event`, `render_error`, `render_stream_error`) so adding a dialect is filling in a
+//! template. Nothing here does I/O.
+
+pub mod errors;
+pub mod openai_chat;
+pub mod request;
+pub mod sse;
+
+pub use errors::{status_for_error_type, GatewayErrorKind, RenderedError};
+pub use request::{Features, ParseError, ParsedRequest};
+
+/// The wire format a caller speaks (SPEC §1), chosen by the request path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    OpenAiChat,
+    OpenAiResponses,
+    AnthropicMessages,
+    BedrockInvoke,
+    BedrockConverse,
+}
+
+impl Dialect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dialect::OpenAiChat => "openai-chat",
+            Dialect::OpenAiResponses => "openai-responses",
+            Dialect::AnthropicMessages => "anthropic-messages",
+            Dialect::BedrockInvoke => "bedrock-invoke",
+            Dialect::BedrockConverse => "bedrock-converse",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Dialect> {
+        [
+            Dialect::OpenAiChat,
+            Dialect::OpenAiResponses,
+            Dialect::AnthropicMessages,
+            Dialect::BedrockInvoke,
+            Dialect::BedrockConverse,
+        ]
+        .into_iter()
+        .find(|d| d.as_str() == s)
+    }
+}
+
+/// What one event of an upstream stream means for the commit decision (SPEC §5.6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamEvent {
+    /// Framing before any content: role-only chunk, `message_start`, `ping`, `response.created`.
+    Preamble,
+    /// Carries content (text, tool call, refusal) or a finish: the commit point for `firstToken`.
+    Content,
+    /// Usage or other metadata after content.
+    Metadata,
+    /// An in-stream error event. `status` is what the error type corresponds to (e.g. 529 for
+    /// `overloaded_error`); before commit it is classified as `Outcome::Status(status)`.
+    Error { status: u16, error_type: String, message: String },
+    /// The dialect's explicit end of stream (`data: [DONE]` for OpenAI chat).
+    Done,
+}
+
+/// Token usage as reported by a response or stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
