@@ -174,6 +174,24 @@ pub struct BreakerPolicy {
     pub overridden: Vec<&'static str>,
 }
 
+impl Default for BreakerPolicy {
+    /// The built-in SPEC §5.5 defaults, with nothing marked as overridden.
+    fn default() -> Self {
+        BreakerPolicy {
+            consecutive_failures: 5,
+            open: Duration::from_secs(30),
+            max_open: Duration::from_secs(300),
+            backoff_multiplier: 2.0,
+            half_open_probes: 3,
+            honor_retry_after: true,
+            health_threshold: None,
+            restore_health: 100.0,
+            unhealthy_condition: None,
+            overridden: Vec::new(),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Defaults {
     pub circuit_breaker: BreakerPolicy,

@@ -1,0 +1,303 @@
+//! The config file exactly as written (SPEC §4): one serde policy — camelCase keys, unknown keys
+//! rejected — and almost no meaning. Enumerations (`provider`, `operator`, `mode`, ...) and ranges
+//! stay strings and wide integers here so that `validate` can report *every* bad value with its
+//! path, instead of serde stopping at the first one. Defaults are applied in `validate`, not here.
+
+use std::fmt;
+
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawConfig {
+    pub server: Option<RawServer>,
+    pub auth: Option<RawAuth>,
+    pub state: Option<RawState>,
+    #[serde(default)]
+    pub targets: Vec<RawTarget>,
+    #[serde(default)]
+    pub rules: Vec<RawRule>,
+    pub defaults: Option<RawDefaults>,
+    pub logging: Option<RawLogging>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawServer {
+    pub listen: Option<String>,
+    pub admin: Option<String>,
+    pub tls: Option<RawTls>,
+    pub max_request_bytes: Option<i64>,
+    pub request_timeout_milliseconds: Option<i64>,
+    pub shutdown_grace_milliseconds: Option<i64>,
+    pub response_headers: Option<bool>,
+    pub caller_retry_hint: Option<String>,
+    pub stream_commit: Option<String>,
+    pub watch_config: Option<bool>,
+    pub admin_token: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawTls {
+    pub cert_file: String,
+    pub key_file: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawAuth {
+    #[serde(default)]
+    pub keys: Vec<RawApiKey>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawApiKey {
+    pub principal: String,
+    pub key: String,
+    pub models: Option<Vec<String>>,
+    pub limits: Option<RawLimits>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawLimits {
+    pub requests_per_minute: Option<i64>,
+    pub tokens_per_minute: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawState {
+    pub redis: Option<RawRedis>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawRedis {
+    pub url: String,
+    pub key_prefix: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawTarget {
+    pub name: String,
+    pub provider: String,
+    pub base_url: Option<String>,
+    pub region: Option<String>,
+    pub api_key: Option<String>,
+    pub models: Option<Vec<String>>,
+    pub connect_timeout_milliseconds: Option<i64>,
+    pub circuit_breaker: Option<RawBreaker>,
+    pub capabilities: Option<RawCapabilities>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawCapabilities {
+    pub tools: Option<bool>,
+    pub json_schema: Option<bool>,
+    pub context_window: Option<i64>,
+}
+
+/// SPEC §5.5 knobs; every one optional (`null` counts as not written).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawBreaker {
+    pub consecutive_failures: Option<i64>,
+    pub open_milliseconds: Option<i64>,
+    pub max_open_milliseconds: Option<i64>,
+    pub backoff_multiplier: Option<f64>,
+    pub half_open_probes: Option<i64>,
+    pub honor_retry_after: Option<bool>,
+    pub health_threshold: Option<f64>,
+    pub restore_health: Option<f64>,
+    pub unhealthy_condition: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawDefaults {
+    pub circuit_breaker: Option<RawBreaker>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawLogging {
+    pub level: Option<String>,
+    pub routing: Option<String>,
+    pub otlp_endpoint: Option<String>,
+}
+
+/// One entry of `rules`. `name` is optional and defaults to `rule-<priority>`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawRule {
+    pub name: Option<String>,
+    pub priority: i64,
+    pub match_models: Option<RawMatcher>,
+    pub match_principals: Option<RawMatcher>,
+    pub route_to_target: RawRouteToTarget,
+}
+
+/// `matchModels` / `matchPrincipals`: a list of values (default operator), a single string, or
+/// `{ operator, values }` (AgentCore's shape).
+#[derive(Debug)]
+pub(crate) struct RawMatcher {
+    pub operator: Option<String>,
+    pub values: Vec<String>,
+    /// `{ operator, values }` form: the values live under `.values`, not directly at the key.
+    pub written_as_map: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawMatcherFull {
+    operator: Option<String>,
+    values: Vec<String>,
+}
+
+impl<'de> Deserialize<'de> for RawMatcher {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawMatcher;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of strings or { operator, values }")
+            }
+
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<RawMatcher, E> {
+                Ok(RawMatcher { operator: None, values: vec![s.to_string()], written_as_map: false })
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawMatcher, A::Error> {
+                let mut values = Vec::new();
+                while let Some(v) = seq.next_element::<String>()? {
+                    values.push(v);
+                }
+                Ok(RawMatcher { operator: None, values, written_as_map: false })
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawMatcher, A::Error> {
+                let full = RawMatcherFull::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(RawMatcher { operator: full.operator, values: full.values, written_as_map: true })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `routeToTarget`: exactly one of the three route kinds must be written (checked in `validate`).
+/// `fallback` sits beside `staticRoute`, as in AgentCore's rule API.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawRouteToTarget {
+    pub static_route: Option<RawDestination>,
+    pub fallback: Option<RawFallback>,
+    pub priority_groups: Option<Vec<RawPriorityGroup>>,
+    pub weighted_route: Option<RawWeightedRoute>,
+}
+
+/// `{ target, model }`; `model` omitted = send the caller's model.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawDestination {
+    pub target: String,
+    pub model: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawFallback {
+    pub trigger_on: Option<RawTriggerOn>,
+    pub first_byte_timeout_milliseconds: Option<i64>,
+    pub circuit_breaker: Option<RawBreakerMode>,
+    pub target_fallback: Option<Vec<RawFallbackTarget>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawTriggerOn {
+    pub status_codes: Option<Vec<RawStatusCode>>,
+    pub errors: Option<Vec<String>>,
+}
+
+/// A status code written as a string (`"429"`, `"5XX"`) or an integer (`429`); kept as text.
+#[derive(Debug)]
+pub(crate) struct RawStatusCode(pub String);
+
+impl<'de> Deserialize<'de> for RawStatusCode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = RawStatusCode;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a status code such as \"429\", 503 or \"5XX\"")
+            }
+
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<RawStatusCode, E> {
+                Ok(RawStatusCode(s.to_string()))
+            }
+
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<RawStatusCode, E> {
+                Ok(RawStatusCode(n.to_string()))
+            }
+
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<RawStatusCode, E> {
+                Ok(RawStatusCode(n.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawBreakerMode {
+    pub mode: Option<String>,
+}
+
+/// One `targetFallback` hop: a destination with its own (never inherited) trigger and timeout.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawFallbackTarget {
+    pub target: String,
+    pub model: Option<String>,
+    pub trigger_on: Option<RawTriggerOn>,
+    pub first_byte_timeout_milliseconds: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawPriorityGroup {
+    pub destinations: Vec<RawDestination>,
+    pub trigger_on: Option<RawTriggerOn>,
+    pub first_byte_timeout_milliseconds: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawWeightedRoute {
+    pub legs: Vec<RawLeg>,
+    pub stickiness: Option<RawStickiness>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawLeg {
+    pub target: String,
+    pub model: Option<String>,
+    pub weight: i64,
+    pub fallback: Option<RawFallback>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawStickiness {
+    pub header: String,
+}

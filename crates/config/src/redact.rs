@@ -1,0 +1,229 @@
+//! The effective configuration as JSON, every secret replaced by `"***"` (for `GET /admin/config`).
+//! Keys and units match the config file, so the output reads like a fully-defaulted config.
+
+use serde_json::{json, Map, Value};
+
+use crate::model::*;
+
+const REDACTED: &str = "***";
+
+impl Config {
+    /// The effective config (defaults applied, `env:` resolved) with every secret — API keys,
+    /// auth keys, the admin token, a Redis password — replaced by `"***"`.
+    pub fn redacted_json(&self) -> Value {
+        json!({
+            "source": self.source,
+            "server": server(&self.server),
+            "auth": self.auth.as_ref().map(auth),
+            "state": self.state.as_ref().map(|s| json!({
+                "redis": s.redis.as_ref().map(|r| json!({
+                    "url": redact_url_password(&r.url),
+                    "keyPrefix": r.key_prefix,
+                })),
+            })),
+            "targets": self.targets.iter().map(target).collect::<Vec<_>>(),
+            "rules": self.rules.iter().map(rule).collect::<Vec<_>>(),
+            "defaults": { "circuitBreaker": breaker(&self.defaults.circuit_breaker) },
+            "logging": {
+                "level": self.logging.level,
+                "routing": match &self.logging.routing {
+                    RoutingSink::Stdout => "stdout".to_string(),
+                    RoutingSink::Stderr => "stderr".to_string(),
+                    RoutingSink::Off => "off".to_string(),
+                    RoutingSink::File(p) => p.display().to_string(),
+                },
+                "otlpEndpoint": self.logging.otlp_endpoint,
+            },
+        })
+    }
+}
+
+fn millis(d: std::time::Duration) -> u128 {
+    d.as_millis()
+}
+
+fn server(s: &Server) -> Value {
+    json!({
+        "listen": s.listen.to_string(),
+        "admin": s.admin.to_string(),
+        "tls": s.tls.as_ref().map(|t| json!({
+            "certFile": t.cert_file.display().to_string(),
+            "keyFile": t.key_file.display().to_string(),
+        })),
+        "maxRequestBytes": s.max_request_bytes,
+        "requestTimeoutMilliseconds": millis(s.request_timeout),
+        "shutdownGraceMilliseconds": millis(s.shutdown_grace),
+        "responseHeaders": s.response_headers,
+        "callerRetryHint": match s.caller_retry_hint {
+            CallerRetryHint::Auto => "auto",
+            CallerRetryHint::Off => "off",
+        },
+        "streamCommit": match s.stream_commit {
+            StreamCommit::FirstToken => "firstToken",
+            StreamCommit::FirstByte => "firstByte",
+        },
+        "watchConfig": s.watch_config,
+        "adminToken": s.admin_token.as_ref().map(|_| REDACTED),
+    })
+}
+
+fn auth(a: &Auth) -> Value {
+    let keys: Vec<Value> = a
+        .keys
+        .iter()
+        .map(|k| {
+            json!({
+                "principal": k.principal,
+                "key": match k.key {
+                    KeyMatch::Plain(_) => REDACTED,
+                    KeyMatch::Sha256(_) => "sha256:***",
+                },
+                "models": k.models,
+                "limits": k.limits.map(|l| json!({
+                    "requestsPerMinute": l.requests_per_minute,
+                    "tokensPerMinute": l.tokens_per_minute,
+                })),
+            })
+        })
+        .collect();
+    json!({ "keys": keys })
+}
+
+/// `redis://user:pass@host/0` → `redis://user:***@host/0`; URLs without a password are unchanged.
+fn redact_url_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return REDACTED.to_string() };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let Some((userinfo, host)) = authority.rsplit_once('@') else { return url.to_string() };
+    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+    format!("{scheme}://{user}:{REDACTED}@{host}{tail}")
+}
+
+fn target(t: &Target) -> Value {
+    json!({
+        "name": t.name,
+        "provider": t.provider.as_str(),
+        "baseUrl": t.base_url,
+        "region": t.region,
+        "apiKey": t.api_key.as_ref().map(|_| REDACTED),
+        "models": t.models,
+        "connectTimeoutMilliseconds": millis(t.connect_timeout),
+        "circuitBreaker": breaker(&t.circuit_breaker),
+        "capabilities": {
+            "tools": t.capabilities.tools,
+            "jsonSchema": t.capabilities.json_schema,
+            "contextWindow": t.capabilities.context_window,
+        },
+    })
+}
+
+fn breaker(b: &BreakerPolicy) -> Value {
+    json!({
+        "consecutiveFailures": b.consecutive_failures,
+        "openMilliseconds": millis(b.open),
+        "maxOpenMilliseconds": millis(b.max_open),
+        "backoffMultiplier": b.backoff_multiplier,
+        "halfOpenProbes": b.half_open_probes,
+        "honorRetryAfter": b.honor_retry_after,
+        "healthThreshold": b.health_threshold,
+        "restoreHealth": b.restore_health,
+        "unhealthyCondition": b.unhealthy_condition,
+        "overridden": b.overridden,
+    })
+}
+
+fn matcher(m: &Matcher) -> Value {
+    json!({
+        "operator": match m.operator {
+            MatchOperator::StringLike => "StringLike",
+            MatchOperator::StringEquals => "StringEquals",
+        },
+        "values": m.values,
+    })
+}
+
+fn rule(r: &Rule) -> Value {
+    let route = match &r.route {
+        Route::Static(s) => {
+            let mut m = static_route(s);
+            // AgentCore shape: `fallback` sits beside `staticRoute`.
+            let fallback = m.remove("fallback").unwrap_or(Value::Null);
+            json!({ "staticRoute": Value::Object(m), "fallback": fallback })
+        }
+        Route::PriorityGroups(groups) => json!({
+            "priorityGroups": groups.iter().map(|g| {
+                let mut v = policy(&g.policy);
+                v.insert("destinations".into(), g.destinations.iter().map(destination).collect());
+                Value::Object(v)
+            }).collect::<Vec<_>>(),
+        }),
+        Route::Weighted(w) => json!({
+            "weightedRoute": {
+                "legs": w.legs.iter().map(|l| {
+                    let mut m = static_route(&l.route);
+                    m.insert("weight".into(), json!(l.weight));
+                    Value::Object(m)
+                }).collect::<Vec<_>>(),
+                "stickiness": w.stickiness_header.as_ref().map(|h| json!({ "header": h })),
+            },
+        }),
+    };
+    json!({
+        "name": r.name,
+        "priority": r.priority,
+        "matchModels": r.match_models.as_ref().map(matcher),
+        "matchPrincipals": r.match_principals.as_ref().map(matcher),
+        "routeToTarget": route,
+    })
+}
+
+fn destination(d: &DestinationRef) -> Value {
+    json!({ "target": d.target, "model": d.model })
+}
+
+/// `triggerOn` (always written out, with `default: true` when it was omitted) and the timeout.
+fn policy(p: &HopPolicy) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert(
+        "triggerOn".into(),
+        json!({
+            "statusCodes": p.triggers.statuses().iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            "errors": p.triggers.errors().iter().map(|k| k.as_str()).collect::<Vec<_>>(),
+            "default": p.triggers.is_default(),
+        }),
+    );
+    m.insert(
+        "firstByteTimeoutMilliseconds".into(),
+        json!(p.first_byte_timeout.map(millis)),
+    );
+    m
+}
+
+/// `{ target, model, fallback: { triggerOn, firstByteTimeoutMilliseconds, circuitBreaker,
+/// targetFallback } }` for a static route or a weighted leg.
+fn static_route(s: &StaticRoute) -> Map<String, Value> {
+    let mut fallback = policy(&s.primary_policy);
+    fallback.insert(
+        "circuitBreaker".into(),
+        json!({ "mode": match s.breaker_mode {
+            BreakerMode::Enabled => "ENABLED",
+            BreakerMode::Disabled => "DISABLED",
+        }}),
+    );
+    let hops: Vec<Value> = s
+        .fallbacks
+        .iter()
+        .map(|h| {
+            let mut m = policy(&h.policy);
+            m.insert("target".into(), json!(h.destination.target));
+            m.insert("model".into(), json!(h.destination.model));
+            Value::Object(m)
+        })
+        .collect();
+    fallback.insert("targetFallback".into(), Value::Array(hops));
+    let mut m = Map::new();
+    m.insert("target".into(), json!(s.primary.target));
+    m.insert("model".into(), json!(s.primary.model));
+    m.insert("fallback".into(), Value::Object(fallback));
+    m
+}

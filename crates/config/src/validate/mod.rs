@@ -1,0 +1,335 @@
+//! Raw structs → validated [`Config`]: every rule of SPEC §4, defaults applied, secrets resolved.
+//!
+//! Validation never stops at the first problem: each check pushes a located error onto the
+//! context and the walk goes on with a placeholder, so `sidetrack check` prints them all at once.
+//! Messages never include a secret's value.
+
+mod rules;
+mod targets;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::{ConfigError, ConfigErrors};
+use crate::located::{join_index, join_key, Positions};
+use crate::model::*;
+use crate::raw::*;
+
+/// How `env:NAME` secrets are looked up (the process environment, or a test's map).
+pub(crate) type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+pub(crate) struct Ctx<'a> {
+    file: &'a str,
+    positions: &'a Positions,
+    env: EnvLookup<'a>,
+    errors: Vec<ConfigError>,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn new(file: &'a str, positions: &'a Positions, env: EnvLookup<'a>) -> Self {
+        Ctx { file, positions, env, errors: Vec::new() }
+    }
+
+    /// Records a problem at the value written at `path` (or its nearest written ancestor).
+    fn err(&mut self, path: &str, message: impl Into<String>) {
+        let pos = self.positions.value(path);
+        self.errors.push(ConfigError {
+            file: self.file.to_string(),
+            line: pos.line,
+            column: pos.column,
+            path: path.to_string(),
+            message: message.into(),
+        });
+    }
+
+    /// An integer that must lie in `lo..=hi`; `None` (after recording an error) otherwise.
+    fn int_in(&mut self, v: i64, lo: i64, hi: i64, path: &str) -> Option<u64> {
+        if v < lo || v > hi {
+            self.err(path, format!("must be between {lo} and {hi} (got {v})"));
+            return None;
+        }
+        u64::try_from(v).ok()
+    }
+
+    /// An integer that must be at least `lo` (and fit the model's u32 fields).
+    fn count(&mut self, v: i64, lo: i64, path: &str) -> Option<u32> {
+        self.int_in(v, lo, i64::from(u32::MAX), path).and_then(|n| u32::try_from(n).ok())
+    }
+
+    /// A strictly positive integer, e.g. a timeout or a byte limit.
+    fn positive(&mut self, v: i64, path: &str) -> Option<u64> {
+        if v <= 0 {
+            self.err(path, format!("must be greater than 0 (got {v})"));
+            return None;
+        }
+        u64::try_from(v).ok()
+    }
+
+    fn millis(&mut self, v: Option<i64>, lo: i64, hi: i64, default: u64, path: &str) -> Duration {
+        let ms = match v {
+            Some(v) => self.int_in(v, lo, hi, path).unwrap_or(default),
+            None => default,
+        };
+        Duration::from_millis(ms)
+    }
+
+    fn not_blank(&mut self, s: &str, path: &str) -> bool {
+        if s.trim().is_empty() {
+            self.err(path, "must not be blank");
+            return false;
+        }
+        true
+    }
+
+    /// A secret: `env:NAME` is read from the environment now; anything else is taken literally
+    /// (handy in tests; examples always use `env:`). Never echoes the value.
+    fn secret(&mut self, written: &str, path: &str) -> Option<Secret> {
+        let Some(name) = written.strip_prefix("env:") else {
+            return self.not_blank(written, path).then(|| Secret(written.to_string()));
+        };
+        let name = name.trim();
+        if name.is_empty() {
+            self.err(path, "`env:` needs a variable name, e.g. env:OPENAI_API_KEY");
+            return None;
+        }
+        match (self.env)(name) {
+            Some(v) if !v.is_empty() => Some(Secret(v)),
+            Some(_) => {
+                self.err(path, format!("environment variable `{name}` is set but empty"));
+                None
+            }
+            None => {
+                self.err(path, format!("environment variable `{name}` is not set"));
+                None
+            }
+        }
+    }
+
+    /// One of a fixed set of spellings; the error lists them.
+    fn one_of<T: Copy>(&mut self, written: &str, choices: &[(&str, T)], path: &str) -> Option<T> {
+        if let Some((_, v)) = choices.iter().find(|(name, _)| *name == written) {
+            return Some(*v);
+        }
+        let names: Vec<String> = choices.iter().map(|(n, _)| format!("`{n}`")).collect();
+        self.err(path, format!("unknown value `{written}`; expected one of {}", names.join(", ")));
+        None
+    }
+
+    /// Blank entries are mistakes in every list of names/globs we take.
+    fn no_blank_entries(&mut self, values: &[String], path: &str) {
+        for (i, v) in values.iter().enumerate() {
+            if v.trim().is_empty() {
+                self.err(&join_index(path, i), "must not be blank");
+            }
+        }
+    }
+
+    /// Returns the model, or every error in file order.
+    fn finish(mut self, config: Config) -> Result<Config, ConfigErrors> {
+        if self.errors.is_empty() {
+            return Ok(config);
+        }
+        self.errors.sort_by_key(|e| (e.line, e.column));
+        Err(ConfigErrors(self.errors))
+    }
+}
+
+pub(crate) fn validate(raw: RawConfig, mut ctx: Ctx<'_>, source: &str) -> Result<Config, ConfigErrors> {
+    let server = server(&mut ctx, raw.server.unwrap_or_default());
+    let auth = raw.auth.map(|a| auth(&mut ctx, a));
+    let state = raw.state.map(|s| state(&mut ctx, s));
+    let defaults_raw = raw.defaults.unwrap_or_default();
+    let defaults = Defaults {
+        circuit_breaker: targets::breaker(
+            &mut ctx,
+            &BreakerPolicy::default(),
+            defaults_raw.circuit_breaker.as_ref(),
+            "defaults.circuitBreaker",
+        ),
+    };
+    let targets = targets::targets(&mut ctx, &raw.targets, &defaults.circuit_breaker);
+    let rules = rules::rules(&mut ctx, &raw.rules, &targets);
+    let logging = logging(&mut ctx, raw.logging.unwrap_or_default());
+    let config = Config {
+        source: source.to_string(),
+        server,
+        auth,
+        state,
+        targets,
+        rules,
+        defaults,
+        logging,
+    };
+    ctx.finish(config)
+}
+
+const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+const DEFAULT_ADMIN: &str = "127.0.0.1:9090";
+const DEFAULT_MAX_REQUEST_BYTES: u64 = 32 * 1024 * 1024;
+const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 15 * 60 * 1000;
+const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 30_000;
+
+fn socket_addr(ctx: &mut Ctx<'_>, written: Option<&str>, default: &str, path: &str) -> SocketAddr {
+    let fallback = || default.parse().unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
+    let Some(text) = written else { return fallback() };
+    match text.trim().parse() {
+        Ok(addr) => addr,
+        Err(_) => {
+            ctx.err(path, format!("`{text}` is not a socket address (write IP:PORT, e.g. {default})"));
+            fallback()
+        }
+    }
+}
+
+/// Two listeners collide on the same port when their IPs are equal or either is a wildcard.
+fn listeners_collide(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port() && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+fn server(ctx: &mut Ctx<'_>, raw: RawServer) -> Server {
+    let listen = socket_addr(ctx, raw.listen.as_deref(), DEFAULT_LISTEN, "server.listen");
+    let admin = socket_addr(ctx, raw.admin.as_deref(), DEFAULT_ADMIN, "server.admin");
+    if listeners_collide(listen, admin) && listen.port() != 0 {
+        ctx.err(
+            "server.admin",
+            format!("the admin listener {admin} must differ from server.listen {listen}"),
+        );
+    }
+    let tls = raw.tls.map(|t| {
+        ctx.not_blank(&t.cert_file, "server.tls.certFile");
+        ctx.not_blank(&t.key_file, "server.tls.keyFile");
+        Tls { cert_file: PathBuf::from(t.cert_file), key_file: PathBuf::from(t.key_file) }
+    });
+    let max_request_bytes = raw
+        .max_request_bytes
+        .and_then(|v| ctx.positive(v, "server.maxRequestBytes"))
+        .unwrap_or(DEFAULT_MAX_REQUEST_BYTES);
+    let request_timeout = raw
+        .request_timeout_milliseconds
+        .and_then(|v| ctx.positive(v, "server.requestTimeoutMilliseconds"))
+        .unwrap_or(DEFAULT_REQUEST_TIMEOUT_MS);
+    let shutdown_grace = raw
+        .shutdown_grace_milliseconds
+        .and_then(|v| ctx.positive(v, "server.shutdownGraceMilliseconds"))
+        .unwrap_or(DEFAULT_SHUTDOWN_GRACE_MS);
+    let caller_retry_hint = raw
+        .caller_retry_hint
+        .and_then(|v| {
+            let choices = [("auto", CallerRetryHint::Auto), ("off", CallerRetryHint::Off)];
+            ctx.one_of(&v, &choices, "server.callerRetryHint")
+        })
+        .unwrap_or(CallerRetryHint::Auto);
+    let stream_commit = raw
+        .stream_commit
+        .and_then(|v| {
+            let choices =
+                [("firstToken", StreamCommit::FirstToken), ("firstByte", StreamCommit::FirstByte)];
+            ctx.one_of(&v, &choices, "server.streamCommit")
+        })
+        .unwrap_or(StreamCommit::FirstToken);
+    let admin_token = raw.admin_token.and_then(|t| ctx.secret(&t, "server.adminToken"));
+    Server {
+        listen,
+        admin,
+        tls,
+        max_request_bytes: usize::try_from(max_request_bytes).unwrap_or(usize::MAX),
+        request_timeout: Duration::from_millis(request_timeout),
+        shutdown_grace: Duration::from_millis(shutdown_grace),
+        response_headers: raw.response_headers.unwrap_or(true),
+        caller_retry_hint,
+        stream_commit,
+        watch_config: raw.watch_config.unwrap_or(false),
+        admin_token,
+    }
+}
+
+fn auth(ctx: &mut Ctx<'_>, raw: RawAuth) -> Auth {
+    if raw.keys.is_empty() {
+        ctx.err("auth.keys", "lists no keys; omit `auth` to run without authentication");
+    }
+    let mut keys = Vec::new();
+    for (i, k) in raw.keys.into_iter().enumerate() {
+        let path = join_index("auth.keys", i);
+        ctx.not_blank(&k.principal, &join_key(&path, "principal"));
+        let key_path = join_key(&path, "key");
+        let key = match k.key.strip_prefix("sha256:") {
+            Some(hex) => sha256_hex(hex.trim()).map(KeyMatch::Sha256).or_else(|| {
+                ctx.err(&key_path, "`sha256:` must be followed by 64 hex digits (the key's SHA-256)");
+                None
+            }),
+            None => ctx.secret(&k.key, &key_path).map(KeyMatch::Plain),
+        };
+        if let Some(models) = &k.models {
+            let models_path = join_key(&path, "models");
+            if models.is_empty() {
+                ctx.err(&models_path, "an empty allow-list permits no model; omit `models` to allow every model");
+            }
+            ctx.no_blank_entries(models, &models_path);
+        }
+        let limits = k.limits.map(|l| Limits {
+            requests_per_minute: l
+                .requests_per_minute
+                .and_then(|v| ctx.positive(v, &format!("{path}.limits.requestsPerMinute"))),
+            tokens_per_minute: l
+                .tokens_per_minute
+                .and_then(|v| ctx.positive(v, &format!("{path}.limits.tokensPerMinute"))),
+        });
+        if let Some(key) = key {
+            keys.push(ApiKey { principal: k.principal, key, models: k.models, limits });
+        }
+    }
+    Auth { keys }
+}
+
+/// 64 hex digits (either case) → 32 bytes.
+fn sha256_hex(hex: &str) -> Option<[u8; 32]> {
+    if hex.len() != 64 || !hex.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+fn state(ctx: &mut Ctx<'_>, raw: RawState) -> State {
+    let redis = raw.redis.and_then(|r| {
+        // The URL may carry a password, so it may be written as `env:NAME` like any secret.
+        let url = ctx.secret(&r.url, "state.redis.url")?;
+        let url = url.0;
+        if !["redis://", "rediss://", "unix://"].iter().any(|s| url.starts_with(s)) {
+            ctx.err("state.redis.url", "must start with redis://, rediss:// or unix://");
+        }
+        Some(Redis { url, key_prefix: r.key_prefix.unwrap_or_else(|| "sidetrack:".to_string()) })
+    });
+    State { redis }
+}
+
+fn logging(ctx: &mut Ctx<'_>, raw: RawLogging) -> Logging {
+    let level = match raw.level {
+        Some(l) => {
+            let choices =
+                [("trace", "trace"), ("debug", "debug"), ("info", "info"), ("warn", "warn"), ("error", "error")];
+            ctx.one_of(&l, &choices, "logging.level").unwrap_or("info").to_string()
+        }
+        None => "info".to_string(),
+    };
+    let routing = match raw.routing.as_deref().map(str::trim) {
+        None | Some("stdout") => RoutingSink::Stdout,
+        Some("stderr") => RoutingSink::Stderr,
+        Some("off") => RoutingSink::Off,
+        Some("") => {
+            ctx.err("logging.routing", "must be stdout, stderr, off or a file path");
+            RoutingSink::Stdout
+        }
+        Some(path) => RoutingSink::File(PathBuf::from(path)),
+    };
+    if let Some(endpoint) = &raw.otlp_endpoint {
+        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+            ctx.err("logging.otlpEndpoint", format!("`{endpoint}` is not an http:// or https:// URL"));
+        }
+    }
+    Logging { level, routing, otlp_endpoint: raw.otlp_endpoint }
+}

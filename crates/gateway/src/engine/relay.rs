@@ -1,0 +1,215 @@
+//! After the commit point: forward the upstream body as it arrives, watch it (stream end, error
+//! events, usage), end a failed stream with an explicit error in the caller's dialect, and finish
+//! the request (routing log) when the body ends or the caller goes away.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use sidetrack_dialects::{openai_chat, Dialect, Usage};
+use tokio::time::{Instant, Sleep};
+
+use super::attempt::StreamScan;
+
+/// Called once when the relayed body ends (or is dropped).
+pub trait OnFinish: Send + 'static {
+    fn finish(self: Box<Self>, end: RelayEnd);
+}
+
+/// How the relayed body ended.
+#[derive(Debug, Clone, Default)]
+pub struct RelayEnd {
+    pub mid_stream_error: bool,
+    /// Why, when `mid_stream_error` (never includes content).
+    pub detail: Option<&'static str>,
+    pub usage: Option<Usage>,
+    pub caller_gone: bool,
+}
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Non-stream bodies are kept (by reference) up to this size so usage can be read at the end.
+const MAX_CAPTURE: usize = 1024 * 1024;
+
+pub struct RelayBody {
+    held: VecDeque<Bytes>,
+    rest: Option<Incoming>,
+    scan: Option<StreamScan>,
+    caller: Dialect,
+    deadline: Pin<Box<Sleep>>,
+    trailer: Option<Bytes>,
+    capture: Option<(Vec<Bytes>, usize)>,
+    end: RelayEnd,
+    on_finish: Option<Box<dyn OnFinish>>,
+}
+
+impl RelayBody {
+    pub fn new(
+        held: Vec<Bytes>,
+        rest: Incoming,
+        scan: Option<StreamScan>,
+        caller: Dialect,
+        deadline: Instant,
+        on_finish: Box<dyn OnFinish>,
+    ) -> RelayBody {
+        let mut end = RelayEnd::default();
+        let capture = if scan.is_none() {
+            let len = held.iter().map(Bytes::len).sum();
+            Some((held.clone(), len))
+        } else {
+            None
+        };
+        if let Some(s) = &scan {
+            // An error event may already be among the held bytes (firstByte commit).
+            if s.error.is_some() {
+                end.mid_stream_error = true;
+                end.detail = Some("upstreamErrorEvent");
+            }
+        }
+        RelayBody {
+            held: held.into(),
+            rest: Some(rest),
+            scan,
+            caller,
+            deadline: Box::pin(tokio::time::sleep_until(deadline)),
+            trailer: None,
+            capture,
+            end,
+            on_finish: Some(on_finish),
+        }
+    }
+
+    fn stream_error(&self, message: &str) -> Bytes {
+        self.caller.render_stream_error(message)
+    }
+
+    /// The upstream stopped early: for an event stream, queue the explicit error event.
+    fn fail(&mut self, detail: &'static str, message: &str) {
+        self.rest = None;
+        self.end.mid_stream_error = true;
+        self.end.detail.get_or_insert(detail);
+        let upstream_already_said = self.scan.as_ref().is_some_and(|s| s.error.is_some());
+        if self.scan.is_some() && !upstream_already_said {
+            self.trailer = Some(self.stream_error(message));
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some(f) = self.on_finish.take() {
+            let mut end = std::mem::take(&mut self.end);
+            end.usage = match (&self.scan, self.capture.take()) {
+                (Some(s), _) => s.usage,
+                (None, Some((chunks, _))) => {
+                    let body: Vec<u8> = chunks.concat();
+                    openai_chat::response_usage(&body)
+                }
+                _ => None,
+            };
+            f.finish(end);
+        }
+    }
+}
+
+impl Drop for RelayBody {
+    fn drop(&mut self) {
+        if self.on_finish.is_some() {
+            if self.rest.is_some() || !self.held.is_empty() {
+                self.end.caller_gone = true;
+            }
+            self.finish();
+        }
+    }
+}
+
+impl Body for RelayBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(b) = this.held.pop_front() {
+                return Poll::Ready(Some(Ok(Frame::data(b))));
+            }
+            if let Some(t) = this.trailer.take() {
+                return Poll::Ready(Some(Ok(Frame::data(t))));
+            }
+            let Some(rest) = this.rest.as_mut() else {
+                this.finish();
+                return Poll::Ready(None);
+            };
+            if this.deadline.as_mut().poll(cx).is_ready() {
+                this.fail("requestTimeoutMilliseconds", "sidetrack: request timeout exceeded mid-stream");
+                if this.scan.is_none() {
+                    this.finish();
+                    return Poll::Ready(Some(Err("request timeout exceeded mid-body".into())));
+                }
+                continue;
+            }
+            match Pin::new(rest).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Some(data) = frame.data_ref() {
+                        if let Some(scan) = this.scan.as_mut() {
+                            let had_error = scan.error.is_some();
+                            scan.feed(data);
+                            if !had_error && scan.error.is_some() {
+                                this.end.mid_stream_error = true;
+                                this.end.detail.get_or_insert("upstreamErrorEvent");
+                            }
+                        } else if let Some((chunks, len)) = this.capture.as_mut() {
+                            *len += data.len();
+                            if *len <= MAX_CAPTURE {
+                                chunks.push(data.clone());
+                            } else {
+                                this.capture = None;
+                            }
+                        }
+                    }
+                    return Poll::Ready(Some(Ok(frame)));
+                }
+                Poll::Ready(Some(Err(_))) => {
+                    this.fail("upstreamConnectionLost", "sidetrack: upstream connection lost mid-stream");
+                    if this.scan.is_none() {
+                        this.finish();
+                        return Poll::Ready(Some(Err("upstream connection lost mid-body".into())));
+                    }
+                }
+                Poll::Ready(None) => {
+                    let ended_cleanly = this
+                        .scan
+                        .as_ref()
+                        .is_none_or(|s| s.seen_done || s.error.is_some());
+                    if ended_cleanly {
+                        this.rest = None;
+                    } else {
+                        this.fail("streamEndedWithoutDone", "sidetrack: upstream ended the stream early");
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.rest.is_none() && self.held.is_empty() && self.trailer.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let held: u64 = self.held.iter().map(|b| b.len() as u64).sum();
+        match (&self.rest, &self.scan) {
+            (None, _) if self.trailer.is_none() => SizeHint::with_exact(held),
+            (Some(rest), None) => match rest.size_hint().exact() {
+                Some(n) => SizeHint::with_exact(held + n),
+                None => SizeHint::default(),
+            },
+            _ => SizeHint::default(),
+        }
+    }
+}

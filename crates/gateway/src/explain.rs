@@ -1,0 +1,157 @@
+//! `sidetrack explain`: the route a request would take, with every hop's *effective* triggers and
+//! timeouts, which of them are defaults, and the breaker policy of each destination.
+
+use std::fmt::Write;
+
+use sidetrack_config::{
+    BreakerMode, BreakerPolicy, Config, DestinationRef, HopPolicy, Route, StaticRoute, Target,
+};
+
+use crate::routing::{self, find_rule, Picker};
+
+const DEFAULT_CONNECT_MS: u128 = 5000;
+
+pub fn explain(cfg: &Config, model: &str, principal: &str, dialect: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "request: model `{model}`, principal `{principal}`, dialect {dialect}");
+    if let Some(plan) = routing::pinned(cfg, model) {
+        let _ = writeln!(out, "route: PINNED (`target/model` names the target; rules are not consulted)");
+        for hop in &plan.hops {
+            for d in &hop.destinations {
+                write_hop(&mut out, 0, d.target, &d.model, &hop.policy, false);
+            }
+        }
+        return out;
+    }
+    if let Some(rule) = find_rule(cfg, model, principal) {
+        let _ = writeln!(out, "route: RULE `{}` (priority {}, rules[{}])", rule.name, rule.priority, rule.index);
+        match &rule.route {
+            Route::Static(s) => write_static(&mut out, cfg, s, model, ""),
+            Route::PriorityGroups(groups) => {
+                let _ = writeln!(out, "  priority groups: each group is one hop; members are load-balanced");
+                for (i, g) in groups.iter().enumerate() {
+                    let _ = writeln!(out, "  hop {i} (priority group of {}):", g.destinations.len());
+                    for d in &g.destinations {
+                        if let Some((t, m)) = resolve_dest(cfg, d, model) {
+                            write_hop(&mut out, i, t, &m, &g.policy, true);
+                        }
+                    }
+                }
+            }
+            Route::Weighted(w) => {
+                let total: u32 = w.legs.iter().map(|l| l.weight).sum();
+                if let Some(h) = &w.stickiness_header {
+                    let _ = writeln!(out, "  stickiness: same `{h}` header value → same leg");
+                }
+                for (i, leg) in w.legs.iter().enumerate() {
+                    let _ = writeln!(out, "  leg {i}: weight {}/{} — walks its own chain:", leg.weight, total);
+                    write_static(&mut out, cfg, &leg.route, model, "  ");
+                }
+            }
+        }
+        return out;
+    }
+    match routing::default_route(cfg, model, &Picker::default()) {
+        Some(_) => {
+            let _ = writeln!(
+                out,
+                "route: DEFAULT (no rule matched; targets whose `models` match, exact beats glob, round-robin among equals)"
+            );
+            for t in &cfg.targets {
+                if t.models.iter().any(|g| crate::glob::glob_match(g, model)) {
+                    write_hop(&mut out, 0, t, model, &default_policy(), false);
+                }
+            }
+        }
+        None => {
+            let _ = writeln!(out, "route: UNROUTABLE — no rule matches and no target lists this model; callers get 404");
+        }
+    }
+    out
+}
+
+fn default_policy() -> HopPolicy {
+    HopPolicy { triggers: sidetrack_resilience::Triggers::default_set(), first_byte_timeout: None }
+}
+
+fn resolve_dest<'a>(cfg: &'a Config, d: &DestinationRef, model: &str) -> Option<(&'a Target, String)> {
+    let t = cfg.target(&d.target)?;
+    Some((t, d.model.clone().unwrap_or_else(|| model.to_owned())))
+}
+
+fn write_static(out: &mut String, cfg: &Config, s: &StaticRoute, model: &str, indent: &str) {
+    let mode = match s.breaker_mode {
+        BreakerMode::Enabled => "ENABLED (open destinations are skipped unless last)",
+        BreakerMode::Disabled => "DISABLED (nothing is skipped by breakers on this route)",
+    };
+    let _ = writeln!(out, "{indent}  fallback.circuitBreaker.mode: {mode}");
+    if let Some((t, m)) = resolve_dest(cfg, &s.primary, model) {
+        let _ = writeln!(out, "{indent}  hop 0 (primary):");
+        write_hop(out, 0, t, &m, &s.primary_policy, true);
+    }
+    for (i, fb) in s.fallbacks.iter().enumerate() {
+        if let Some((t, m)) = resolve_dest(cfg, &fb.destination, model) {
+            let _ = writeln!(out, "{indent}  hop {} (fallback {}):", i + 1, i + 1);
+            write_hop(out, i + 1, t, &m, &fb.policy, true);
+        }
+    }
+}
+
+fn write_hop(out: &mut String, hop: usize, t: &Target, model: &str, p: &HopPolicy, in_rule: bool) {
+    let serves = t.models.is_empty() || t.models.iter().any(|g| crate::glob::glob_match(g, model));
+    let _ = writeln!(
+        out,
+        "      destination {}/{} (provider {}, {}){}",
+        t.name,
+        model,
+        t.provider.as_str(),
+        t.base_url,
+        if serves { "" } else { "  ← target does not list this model: UNROUTABLE" }
+    );
+    let inherit = if in_rule && hop > 0 { "; nothing is inherited from earlier hops" } else { "" };
+    let trig_note = if p.triggers.is_default() {
+        format!("default — this hop has no triggerOn{inherit}")
+    } else {
+        "written (replaces the default)".to_owned()
+    };
+    let _ = writeln!(out, "        triggerOn: {}  [{trig_note}]", p.triggers);
+    match p.first_byte_timeout {
+        Some(d) => {
+            let _ = writeln!(out, "        firstByteTimeoutMilliseconds: {}  [written]", d.as_millis());
+        }
+        None => {
+            let _ = writeln!(out, "        firstByteTimeoutMilliseconds: none  [default{inherit}]");
+        }
+    }
+    let c = t.connect_timeout.as_millis();
+    let c_note = if c == DEFAULT_CONNECT_MS { "default" } else { "target setting" };
+    let _ = writeln!(out, "        connectTimeoutMilliseconds: {c}  [{c_note}]");
+    let _ = writeln!(out, "        circuitBreaker: {}", breaker(&t.circuit_breaker));
+}
+
+fn breaker(b: &BreakerPolicy) -> String {
+    let mark = |name: &str| if b.overridden.contains(&name) { "" } else { "*" };
+    let mut s = format!(
+        "consecutiveFailures {}{}, openMilliseconds {}{}, backoffMultiplier {}{}, maxOpenMilliseconds {}{}, halfOpenProbes {}{}, honorRetryAfter {}{}",
+        b.consecutive_failures,
+        mark("consecutiveFailures"),
+        b.open.as_millis(),
+        mark("openMilliseconds"),
+        b.backoff_multiplier,
+        mark("backoffMultiplier"),
+        b.max_open.as_millis(),
+        mark("maxOpenMilliseconds"),
+        b.half_open_probes,
+        mark("halfOpenProbes"),
+        b.honor_retry_after,
+        mark("honorRetryAfter"),
+    );
+    if let Some(h) = b.health_threshold {
+        let _ = write!(s, ", healthThreshold {h}");
+    }
+    if let Some(c) = &b.unhealthy_condition {
+        let _ = write!(s, ", unhealthyCondition `{c}`");
+    }
+    s.push_str("  (* = default)");
+    s
+}

@@ -1,0 +1,181 @@
+//! One JSON line per request (SPEC §7.1), written off the request path by a background task.
+//! No prompt or completion text ever enters a [`RoutingRecord`].
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use sidetrack_config::RoutingSink;
+use tokio::sync::{mpsc, Notify};
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ServedBy {
+    pub target: String,
+    pub model: String,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptRecord {
+    pub hop: usize,
+    pub target: String,
+    pub model: String,
+    pub outcome: &'static str,
+    pub status: Option<u16>,
+    pub error_kind: Option<&'static str>,
+    /// The knob or event behind a failure, e.g. `firstByteTimeoutMilliseconds`, `streamErrorEvent`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    pub duration_ms: f64,
+    pub first_byte_ms: Option<f64>,
+    pub breaker: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SkipRecord {
+    pub hop: usize,
+    pub target: String,
+    pub model: String,
+    pub why: String,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageRecord {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RoutingRecord {
+    pub ts: String,
+    pub request_id: String,
+    pub principal: String,
+    pub dialect: &'static str,
+    pub request_path: String,
+    pub requested_model: Option<String>,
+    pub rule_name: Option<String>,
+    pub match_type: Option<&'static str>,
+    /// SERVED | ERROR | REJECTED
+    pub outcome: &'static str,
+    pub reason: String,
+    pub served_by: Option<ServedBy>,
+    pub status: u16,
+    pub fallback_hop: Option<usize>,
+    pub attempts: Vec<AttemptRecord>,
+    pub skipped: Vec<SkipRecord>,
+    pub streamed: bool,
+    pub committed: bool,
+    pub mid_stream_error: bool,
+    pub latency_ms: f64,
+    pub ttft_ms: Option<f64>,
+    pub usage: Option<UsageRecord>,
+}
+
+/// Where routing records go. Cloning is cheap; sending never blocks the request.
+#[derive(Clone)]
+pub struct RoutingLog {
+    inner: Arc<Inner>,
+}
+
+enum Inner {
+    Off,
+    Channel { tx: mpsc::Sender<RoutingRecord>, dropped: AtomicU64 },
+    Memory { records: Mutex<Vec<RoutingRecord>>, notify: Notify },
+}
+
+impl RoutingLog {
+    /// Starts the writer thread for `sink`.
+    pub fn start(sink: &RoutingSink) -> std::io::Result<RoutingLog> {
+        let writer: Box<dyn Write + Send> = match sink {
+            RoutingSink::Off => return Ok(RoutingLog { inner: Arc::new(Inner::Off) }),
+            RoutingSink::Stdout => Box::new(std::io::stdout()),
+            RoutingSink::Stderr => Box::new(std::io::stderr()),
+            RoutingSink::File(path) => {
+                Box::new(std::fs::OpenOptions::new().create(true).append(true).open(path)?)
+            }
+        };
+        let (tx, rx) = mpsc::channel(16 * 1024);
+        // A plain thread: writes to stdout or a file may block, and must never stall a runtime worker.
+        std::thread::Builder::new()
+            .name("routing-log".into())
+            .spawn(move || write_lines(rx, writer))?;
+        Ok(RoutingLog { inner: Arc::new(Inner::Channel { tx, dropped: AtomicU64::new(0) }) })
+    }
+
+    /// An in-memory sink for tests and the demo narration.
+    pub fn memory() -> RoutingLog {
+        RoutingLog {
+            inner: Arc::new(Inner::Memory { records: Mutex::new(Vec::new()), notify: Notify::new() }),
+        }
+    }
+
+    pub fn off() -> RoutingLog {
+        RoutingLog { inner: Arc::new(Inner::Off) }
+    }
+
+    pub fn record(&self, rec: RoutingRecord) {
+        match &*self.inner {
+            Inner::Off => {}
+            Inner::Channel { tx, dropped } => {
+                if tx.try_send(rec).is_err() {
+                    // The writer is behind by 16k lines: drop rather than stall requests.
+                    let n = dropped.fetch_add(1, Ordering::Relaxed);
+                    if n.is_power_of_two() {
+                        tracing::warn!(dropped = n + 1, "routing log writer is behind; records dropped");
+                    }
+                }
+            }
+            Inner::Memory { records, notify } => {
+                if let Ok(mut r) = records.lock() {
+                    r.push(rec);
+                }
+                notify.notify_waiters();
+            }
+        }
+    }
+
+    /// Records so far (memory sink only; empty otherwise).
+    pub fn records(&self) -> Vec<RoutingRecord> {
+        match &*self.inner {
+            Inner::Memory { records, .. } => records.lock().map(|r| r.clone()).unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Waits until at least `n` records exist (memory sink only), or the timeout passes.
+    pub async fn wait_for(&self, n: usize, timeout: std::time::Duration) -> Vec<RoutingRecord> {
+        let Inner::Memory { records, notify } = &*self.inner else { return Vec::new() };
+        let wait = async {
+            loop {
+                let notified = notify.notified();
+                if records.lock().map(|r| r.len()).unwrap_or(0) >= n {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let _ = tokio::time::timeout(timeout, wait).await;
+        self.records()
+    }
+}
+
+fn write_lines(mut rx: mpsc::Receiver<RoutingRecord>, out: Box<dyn Write + Send>) {
+    let mut out = std::io::BufWriter::new(out);
+    while let Some(rec) = rx.blocking_recv() {
+        let mut write_one = |rec: &RoutingRecord| {
+            if serde_json::to_writer(&mut out, rec).is_ok() {
+                let _ = out.write_all(b"\n");
+            }
+        };
+        write_one(&rec);
+        while let Ok(more) = rx.try_recv() {
+            write_one(&more);
+        }
+        let _ = out.flush();
+    }
+}

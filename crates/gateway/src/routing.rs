@@ -1,0 +1,278 @@
+//! Phase "resolve route" (SPEC §5.2): rules in priority order, `target/model` pinning, default
+//! routing from `targets[].models`. Pure over the validated config; the result borrows from it.
+
+use std::borrow::Cow;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sidetrack_config::{
+    BreakerMode, Config, DestinationRef, HopPolicy, MatchOperator, Matcher, Route, StaticRoute,
+    Target,
+};
+use sidetrack_resilience::Triggers;
+
+use crate::glob::{glob_match, is_glob};
+
+/// How the route was chosen (routing log `matchType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatchType {
+    Rule,
+    Default,
+    Pinned,
+}
+
+impl MatchType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MatchType::Rule => "RULE",
+            MatchType::Default => "DEFAULT",
+            MatchType::Pinned => "PINNED",
+        }
+    }
+}
+
+/// One destination as the walk sees it: a target and the model to send it.
+#[derive(Debug, Clone)]
+pub struct Dest<'a> {
+    pub target_index: usize,
+    pub target: &'a Target,
+    pub model: Cow<'a, str>,
+}
+
+impl Dest<'_> {
+    /// Does the target declare the model? A target without `models` serves whatever it is sent.
+    pub fn target_serves_model(&self) -> bool {
+        self.target.models.is_empty() || self.target.models.iter().any(|g| glob_match(g, &self.model))
+    }
+}
+
+/// One hop of the chain with its own (never inherited) policy.
+#[derive(Debug, Clone)]
+pub struct Hop<'a> {
+    pub index: usize,
+    pub destinations: Vec<Dest<'a>>,
+    pub policy: Cow<'a, HopPolicy>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Plan<'a> {
+    pub rule: Option<&'a str>,
+    pub match_type: MatchType,
+    pub breaker_mode: BreakerMode,
+    pub hops: Vec<Hop<'a>>,
+    /// For weighted routes: which leg was picked (0-based).
+    pub leg: Option<usize>,
+}
+
+/// What a request brings to route resolution.
+pub struct RouteInput<'r> {
+    pub model: &'r str,
+    pub principal: &'r str,
+    /// The stickiness header's value, looked up by the caller of [`resolve`] when asked.
+    pub sticky: Option<&'r str>,
+}
+
+/// Shared counters for round-robin and weighted picks. Relaxed atomics: no lock on the hot path.
+#[derive(Debug, Default)]
+pub struct Picker {
+    counter: AtomicU64,
+}
+
+impl Picker {
+    fn next(&self) -> u64 {
+        // splitmix64 over a counter: cheap, uncontended beyond one atomic add, well spread.
+        let mut z = self.counter.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+fn default_policy() -> HopPolicy {
+    HopPolicy { triggers: Triggers::default_set(), first_byte_timeout: None }
+}
+
+fn matcher_matches(m: &Matcher, value: &str) -> bool {
+    m.values.iter().any(|v| match m.operator {
+        MatchOperator::StringEquals => v == value,
+        MatchOperator::StringLike => glob_match(v, value),
+    })
+}
+
+fn dest<'a>(cfg: &'a Config, r: &'a DestinationRef, caller_model: &str) -> Option<Dest<'a>> {
+    let target_index = cfg.targets.iter().position(|t| t.name == r.target)?;
+    let model = match &r.model {
+        Some(m) => Cow::Borrowed(m.as_str()),
+        None => Cow::Owned(caller_model.to_owned()),
+    };
+    Some(Dest { target_index, target: &cfg.targets[target_index], model })
+}
+
+fn static_hops<'a>(cfg: &'a Config, route: &'a StaticRoute, model: &str) -> Vec<Hop<'a>> {
+    let mut hops = Vec::with_capacity(1 + route.fallbacks.len());
+    if let Some(d) = dest(cfg, &route.primary, model) {
+        hops.push(Hop { index: 0, destinations: vec![d], policy: Cow::Borrowed(&route.primary_policy) });
+    }
+    for (i, fb) in route.fallbacks.iter().enumerate() {
+        if let Some(d) = dest(cfg, &fb.destination, model) {
+            hops.push(Hop { index: i + 1, destinations: vec![d], policy: Cow::Borrowed(&fb.policy) });
+        }
+    }
+    hops
+}
+
+/// Resolves the route for one request. `None` means nothing can serve the model (UNROUTABLE).
+pub fn resolve<'a>(cfg: &'a Config, input: &RouteInput<'_>, picker: &Picker) -> Option<Plan<'a>> {
+    if let Some(plan) = pinned(cfg, input.model) {
+        return Some(plan);
+    }
+    if let Some(rule) = find_rule(cfg, input.model, input.principal) {
+        let (hops, breaker_mode, leg) = match &rule.route {
+            Route::Static(s) => (static_hops(cfg, s, input.model), s.breaker_mode, None),
+            Route::PriorityGroups(groups) => {
+                let hops = groups
+                    .iter()
+                    .enumerate()
+                    .map(|(i, g)| Hop {
+                        index: i,
+                        destinations: g
+                            .destinations
+                            .iter()
+                            .filter_map(|d| dest(cfg, d, input.model))
+                            .collect(),
+                        policy: Cow::Borrowed(&g.policy),
+                    })
+                    .collect();
+                (hops, BreakerMode::Enabled, None)
+            }
+            Route::Weighted(w) => {
+                let total: u64 = w.legs.iter().map(|l| u64::from(l.weight)).sum::<u64>().max(1);
+                let roll = match input.sticky {
+                    Some(v) => {
+                        let mut h = std::collections::hash_map::DefaultHasher::new();
+                        v.hash(&mut h);
+                        h.finish() % total
+                    }
+                    None => picker.next() % total,
+                };
+                let mut acc = 0u64;
+                let mut chosen = 0;
+                for (i, leg) in w.legs.iter().enumerate() {
+                    acc += u64::from(leg.weight);
+                    if roll < acc {
+                        chosen = i;
+                        break;
+                    }
+                }
+                let leg = &w.legs[chosen];
+                (static_hops(cfg, &leg.route, input.model), leg.route.breaker_mode, Some(chosen))
+            }
+        };
+        return Some(Plan {
+            rule: Some(rule.name.as_str()),
+            match_type: MatchType::Rule,
+            breaker_mode,
+            hops,
+            leg,
+        });
+    }
+    default_route(cfg, input.model, picker)
+}
+
+/// The first rule (ascending priority) whose conditions all match.
+pub fn find_rule<'a>(cfg: &'a Config, model: &str, principal: &str) -> Option<&'a sidetrack_config::Rule> {
+    cfg.rules.iter().find(|rule| {
+        rule.match_models.as_ref().is_none_or(|m| matcher_matches(m, model))
+            && rule.match_principals.as_ref().is_none_or(|m| matcher_matches(m, principal))
+    })
+}
+
+/// `target-name/model` pins that target (checked before rules: an explicit pin wins).
+pub fn pinned<'a>(cfg: &'a Config, model: &str) -> Option<Plan<'a>> {
+    let (target, rest) = model.split_once('/')?;
+    let target_index = cfg.targets.iter().position(|t| t.name == target)?;
+    if rest.is_empty() {
+        return None;
+    }
+    Some(Plan {
+        rule: None,
+        match_type: MatchType::Pinned,
+        breaker_mode: BreakerMode::Enabled,
+        hops: vec![Hop {
+            index: 0,
+            destinations: vec![Dest {
+                target_index,
+                target: &cfg.targets[target_index],
+                model: Cow::Owned(rest.to_owned()),
+            }],
+            policy: Cow::Owned(default_policy()),
+        }],
+        leg: None,
+    })
+}
+
+/// Default routing: the targets whose `models` match; an exact entry beats a glob; round-robin
+/// among equals. Targets without `models` take no part.
+pub fn default_route<'a>(cfg: &'a Config, model: &str, picker: &Picker) -> Option<Plan<'a>> {
+    let exact: Vec<usize> = (0..cfg.targets.len())
+        .filter(|&i| cfg.targets[i].models.iter().any(|g| !is_glob(g) && g == model))
+        .collect();
+    let candidates = if exact.is_empty() {
+        (0..cfg.targets.len())
+            .filter(|&i| cfg.targets[i].models.iter().any(|g| is_glob(g) && glob_match(g, model)))
+            .collect()
+    } else {
+        exact
+    };
+    if candidates.is_empty() {
+        return None;
+    }
+    let target_index = candidates[(picker.next() % candidates.len() as u64) as usize];
+    Some(Plan {
+        rule: None,
+        match_type: MatchType::Default,
+        breaker_mode: BreakerMode::Enabled,
+        hops: vec![Hop {
+            index: 0,
+            destinations: vec![Dest {
+                target_index,
+                target: &cfg.targets[target_index],
+                model: Cow::Owned(model.to_owned()),
+            }],
+            policy: Cow::Owned(default_policy()),
+        }],
+        leg: None,
+    })
+}
+
+/// Models a principal can name, for `GET /v1/models`: literal (non-glob) entries of targets'
+/// `models` and of rules' `matchModels` whose principal conditions admit it, filtered by the
+/// principal's allow-list.
+pub fn listed_models(cfg: &Config, principal: &str, allow: Option<&[String]>) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut push = |id: &str, owner: &str| {
+        if is_glob(id) || out.iter().any(|(m, _)| m == id) {
+            return;
+        }
+        if allow.is_some_and(|a| !a.iter().any(|g| glob_match(g, id))) {
+            return;
+        }
+        out.push((id.to_owned(), owner.to_owned()));
+    };
+    for rule in &cfg.rules {
+        if rule.match_principals.as_ref().is_some_and(|m| !matcher_matches(m, principal)) {
+            continue;
+        }
+        if let Some(m) = &rule.match_models {
+            for v in &m.values {
+                push(v, "sidetrack");
+            }
+        }
+    }
+    for t in &cfg.targets {
+        for m in &t.models {
+            push(m, &t.name);
+        }
+    }
+    out
+}

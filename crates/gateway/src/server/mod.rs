@@ -1,0 +1,273 @@
+//! The data-plane server: the route table and the phases of one request, in order.
+
+mod respond;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use http::{HeaderMap, StatusCode};
+use http_body_util::BodyExt;
+use sidetrack_config::Config;
+use sidetrack_dialects::{Dialect, GatewayErrorKind, ParsedRequest};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::auth::{AuthError, KeyTable, Principal};
+use crate::engine::{self, WalkInput};
+use crate::observe::RoutingLog;
+use crate::providers::Upstreams;
+use crate::routing::{self, Picker, RouteInput};
+pub use respond::RequestCtx;
+
+/// Everything derived from one loaded config. Swapped atomically on reload; a request keeps the
+/// `Arc<Runtime>` it started with.
+pub struct Runtime {
+    pub config: Arc<Config>,
+    pub upstreams: Upstreams,
+    pub picker: Picker,
+    pub keys: KeyTable,
+}
+
+impl Runtime {
+    pub fn new(config: Config) -> Runtime {
+        let upstreams = Upstreams::new(&config);
+        let keys = KeyTable::new(config.auth.as_ref());
+        Runtime { config: Arc::new(config), upstreams, picker: Picker::default(), keys }
+    }
+}
+
+pub struct Shared {
+    pub runtime: ArcSwap<Runtime>,
+    pub log: RoutingLog,
+    pub ready: AtomicBool,
+}
+
+/// The data-plane routes, each dialect path also under `/inference` (AgentCore's prefix).
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/inference/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(list_models))
+        .route("/inference/v1/models", get(list_models))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .fallback(not_found)
+        .with_state(shared)
+}
+
+async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str) {
+    if shared.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining")
+    }
+}
+
+async fn not_found(req: Request) -> Response {
+    let msg = format!("sidetrack has no endpoint {} {}", req.method(), req.uri().path());
+    respond::error_response(Dialect::OpenAiChat, GatewayErrorKind::NotFound, &msg, None)
+}
+
+async fn list_models(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    let rt = shared.runtime.load_full();
+    let principal = match rt.keys.authenticate(&headers) {
+        Ok(p) => p,
+        Err(e) => {
+            return respond::error_response(
+                Dialect::OpenAiChat,
+                GatewayErrorKind::Unauthenticated,
+                auth_message(e),
+                None,
+            )
+        }
+    };
+    let data: Vec<serde_json::Value> =
+        routing::listed_models(&rt.config, &principal.name, principal.models.as_deref())
+            .into_iter()
+            .map(|(id, owner)| serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": owner}))
+            .collect();
+    let body = serde_json::json!({"object": "list", "data": data}).to_string();
+    Response::builder()
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body))
+        .unwrap_or_default()
+}
+
+fn auth_message(e: AuthError) -> &'static str {
+    match e {
+        AuthError::Missing => "missing API key: send it as `Authorization: Bearer <key>`",
+        AuthError::Invalid => "invalid API key",
+    }
+}
+
+async fn chat_completions(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    handle(shared, Dialect::OpenAiChat, req).await
+}
+
+/// The phases of one request (SPEC §5.1), top to bottom.
+async fn handle(shared: Arc<Shared>, dialect: Dialect, req: Request) -> Response {
+    // accept
+    let rt = shared.runtime.load_full();
+    let server = &rt.config.server;
+    let mut ctx = RequestCtx::new(&shared.log, dialect, req.uri().path(), server);
+    let deadline = ctx.started + server.request_timeout;
+
+    // authenticate
+    let principal: Principal = match rt.keys.authenticate(req.headers()) {
+        Ok(p) => p,
+        Err(e) => {
+            let why = if e == AuthError::Missing { "missingKey" } else { "invalidKey" };
+            return ctx.reject(GatewayErrorKind::Unauthenticated, auth_message(e), why);
+        }
+    };
+    ctx.principal = principal.name.clone();
+
+    // admit (size)
+    let limit = server.max_request_bytes;
+    let declared = req
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return ctx.reject(GatewayErrorKind::TooLarge, &too_large(limit), "tooLarge");
+    }
+    let sticky_header = sticky_header_value(&rt.config, req.headers());
+    let body = match http_body_util::Limited::new(req.into_body(), limit).collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return ctx.reject(GatewayErrorKind::TooLarge, &too_large(limit), "tooLarge")
+        }
+        Err(_) => {
+            return ctx.reject(GatewayErrorKind::InvalidRequest, "could not read the request body", "badBody")
+        }
+    };
+
+    // parse
+    let parsed: ParsedRequest = match dialect.parse_request(body) {
+        Ok(p) => p,
+        Err(e) => return ctx.reject(GatewayErrorKind::InvalidRequest, &e.to_string(), "invalidRequest"),
+    };
+    ctx.requested_model = Some(parsed.model.clone());
+    ctx.streamed = parsed.stream;
+    if !principal.may_use(&parsed.model) {
+        let msg = format!("principal `{}` may not use model `{}`", principal.name, parsed.model);
+        return ctx.reject(GatewayErrorKind::PermissionDenied, &msg, "modelNotAllowed");
+    }
+
+    // resolve route
+    let input = RouteInput { model: &parsed.model, principal: &principal.name, sticky: sticky_header.as_deref() };
+    let Some(plan) = routing::resolve(&rt.config, &input, &rt.picker) else {
+        let msg = format!("no route for model `{}`", parsed.model);
+        return ctx.unroutable(&msg);
+    };
+    ctx.rule_name = plan.rule.map(str::to_owned);
+    ctx.match_type = Some(plan.match_type.as_str());
+
+    // walk the chain
+    let out = engine::walk(WalkInput {
+        plan: &plan,
+        request: &parsed,
+        upstreams: &rt.upstreams,
+        deadline,
+        stream_commit: server.stream_commit,
+    })
+    .await;
+
+    // commit and respond
+    ctx.commit(out, deadline)
+}
+
+fn too_large(limit: usize) -> String {
+    format!("request body exceeds server.maxRequestBytes ({limit} bytes)")
+}
+
+/// The value of the first weighted route's stickiness header present on the request.
+fn sticky_header_value(cfg: &Config, headers: &HeaderMap) -> Option<String> {
+    cfg.rules.iter().find_map(|r| match &r.route {
+        sidetrack_config::Route::Weighted(w) => w
+            .stickiness_header
+            .as_deref()
+            .and_then(|h| headers.get(h))
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        _ => None,
+    })
+}
+
+/// A running gateway listener.
+pub struct GatewayHandle {
+    pub addr: SocketAddr,
+    pub shared: Arc<Shared>,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl GatewayHandle {
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting, lets in-flight requests finish (bounded by `grace`), then returns.
+    pub async fn shutdown(mut self, grace: Duration) -> std::io::Result<()> {
+        self.shared.ready.store(false, Ordering::Relaxed);
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        match tokio::time::timeout(grace, &mut self.task).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => Err(std::io::Error::other(e)),
+            Err(_) => {
+                self.task.abort();
+                Ok(())
+            }
+        }
+    }
+
+    /// Waits until the server stops by itself (it does not, unless shut down).
+    pub async fn wait(self) -> std::io::Result<()> {
+        match self.task.await {
+            Ok(r) => r,
+            Err(e) => Err(std::io::Error::other(e)),
+        }
+    }
+}
+
+/// Binds `config.server.listen` (or `listen` when given) and serves until shut down.
+pub async fn start(
+    config: Config,
+    log: RoutingLog,
+    listen: Option<SocketAddr>,
+) -> std::io::Result<GatewayHandle> {
+    use axum::serve::ListenerExt;
+    let addr = listen.unwrap_or(config.server.listen);
+    let listener = TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let shared = Arc::new(Shared {
+        runtime: ArcSwap::from_pointee(Runtime::new(config)),
+        log,
+        ready: AtomicBool::new(true),
+    });
+    let app = router(shared.clone());
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = rx.await;
+            })
+            .await
+    });
+    Ok(GatewayHandle { addr, shared, shutdown: Some(tx), task })
+}

@@ -1,0 +1,249 @@
+//! Phase "commit": the one place where walk results and gateway errors become responses, with the
+//! `x-sidetrack-*` headers, the caller retry hint, and the routing log record.
+
+use axum::body::Body;
+use axum::response::Response;
+use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use sidetrack_config::{CallerRetryHint, Server};
+use sidetrack_dialects::{Dialect, GatewayErrorKind};
+use sidetrack_resilience::{ErrorKind, Outcome};
+use tokio::time::Instant;
+
+use crate::engine::relay::{OnFinish, RelayBody, RelayEnd};
+use crate::engine::{Returned, Upstream, WalkOutput};
+use crate::observe::{RoutingLog, RoutingRecord, ServedBy, UsageRecord};
+
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "te",
+    "trailer",
+    "content-length",
+];
+
+/// What is known about a request as it moves through the phases.
+pub struct RequestCtx {
+    log: RoutingLog,
+    pub started: Instant,
+    pub request_id: String,
+    pub dialect: Dialect,
+    pub path: String,
+    pub principal: String,
+    pub requested_model: Option<String>,
+    pub rule_name: Option<String>,
+    pub match_type: Option<&'static str>,
+    pub streamed: bool,
+    headers_on: bool,
+    retry_hint: CallerRetryHint,
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 1_000_000.0).round() / 1000.0
+}
+
+/// Renders a gateway-made error in the caller's dialect (SPEC §6.3).
+pub fn error_response(
+    dialect: Dialect,
+    kind: GatewayErrorKind,
+    message: &str,
+    request_id: Option<&str>,
+) -> Response {
+    let e = dialect.render_error(kind, message);
+    let mut b = Response::builder().status(e.status).header(CONTENT_TYPE, e.content_type);
+    for (k, v) in e.headers {
+        b = b.header(k, v);
+    }
+    if let Some(id) = request_id {
+        b = b.header("x-sidetrack-request-id", id);
+    }
+    b.body(Body::from(e.body)).unwrap_or_default()
+}
+
+impl RequestCtx {
+    pub fn new(log: &RoutingLog, dialect: Dialect, path: &str, server: &Server) -> RequestCtx {
+        RequestCtx {
+            log: log.clone(),
+            started: Instant::now(),
+            request_id: uuid::Uuid::now_v7().simple().to_string(),
+            dialect,
+            path: path.to_owned(),
+            principal: crate::auth::ANONYMOUS.to_owned(),
+            requested_model: None,
+            rule_name: None,
+            match_type: None,
+            streamed: false,
+            headers_on: server.response_headers,
+            retry_hint: server.caller_retry_hint,
+        }
+    }
+
+    fn record(&self, outcome: &'static str, reason: String, status: u16) -> RoutingRecord {
+        RoutingRecord {
+            ts: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+            request_id: self.request_id.clone(),
+            principal: self.principal.clone(),
+            dialect: self.dialect.as_str(),
+            request_path: self.path.clone(),
+            requested_model: self.requested_model.clone(),
+            rule_name: self.rule_name.clone(),
+            match_type: self.match_type,
+            outcome,
+            reason,
+            served_by: None,
+            status,
+            fallback_hop: None,
+            attempts: Vec::new(),
+            skipped: Vec::new(),
+            streamed: self.streamed,
+            committed: false,
+            mid_stream_error: false,
+            latency_ms: ms(self.started.elapsed()),
+            ttft_ms: None,
+            usage: None,
+        }
+    }
+
+    /// A gateway rejection before any routing (auth, size, parse, allow-list). Never a fallback.
+    pub fn reject(self, kind: GatewayErrorKind, message: &str, why: &str) -> Response {
+        let resp = error_response(self.dialect, kind, message, Some(&self.request_id));
+        let rec = self.record("REJECTED", format!("gatewayRejected:{why}"), resp.status().as_u16());
+        self.log.record(rec);
+        resp
+    }
+
+    /// No rule and no target can serve the model.
+    pub fn unroutable(self, message: &str) -> Response {
+        let resp = error_response(self.dialect, GatewayErrorKind::NotFound, message, Some(&self.request_id));
+        let rec = self.record("ERROR", "unroutable".into(), resp.status().as_u16());
+        self.log.record(rec);
+        resp
+    }
+
+    /// Turns the walk's result into the caller's response (the commit point).
+    pub fn commit(self, out: WalkOutput, deadline: Instant) -> Response {
+        let attempts = out.attempts.len();
+        let Some(returned) = out.returned else {
+            let msg = "no destination of this route could be attempted (all ineligible or disabled)";
+            let resp = error_response(self.dialect, GatewayErrorKind::Unavailable, msg, Some(&self.request_id));
+            let mut rec = self.record("ERROR", "noEligibleDestination".into(), 503);
+            rec.skipped = out.skipped;
+            self.log.record(rec);
+            return resp;
+        };
+        let Returned { hop, target, model, outcome, fired, upstream } = returned;
+        let reason = if matches!(outcome, Outcome::Error(ErrorKind::Unroutable)) && attempts == 1 {
+            "unroutable".to_owned()
+        } else if fired {
+            "chainExhausted".to_owned()
+        } else if hop == 0 {
+            "servedByPrimary".to_owned()
+        } else {
+            format!("servedViaFallbackHop:{hop}")
+        };
+
+        let (mut resp, live) = match upstream {
+            None => {
+                let (kind, msg) = match outcome.error_kind() {
+                    Some(ErrorKind::FirstByteTimeout) => (
+                        GatewayErrorKind::GatewayTimeout,
+                        format!("destination {target}/{model} sent no first byte in time"),
+                    ),
+                    Some(ErrorKind::Unroutable) => (
+                        GatewayErrorKind::NotFound,
+                        format!("destination {target}/{model} cannot serve this request"),
+                    ),
+                    _ => (
+                        GatewayErrorKind::BadGateway,
+                        format!("could not connect to destination {target}/{model}"),
+                    ),
+                };
+                (error_response(self.dialect, kind, &msg, None), None)
+            }
+            Some(Upstream::Buffered { parts, body }) => {
+                let mut r = Response::new(Body::from(body));
+                *r.status_mut() = parts.status;
+                copy_headers(&parts.headers, r.headers_mut());
+                (r, None)
+            }
+            Some(Upstream::Live { parts, held, rest, scan }) => {
+                let mut r = Response::new(Body::empty());
+                *r.status_mut() = parts.status;
+                copy_headers(&parts.headers, r.headers_mut());
+                (r, Some((held, rest, scan)))
+            }
+        };
+        let status = resp.status().as_u16();
+
+        let h = resp.headers_mut();
+        if self.headers_on {
+            put(h, "x-sidetrack-request-id", &self.request_id);
+            put(h, "x-sidetrack-served-by", &format!("{target}/{model}"));
+            put(h, "x-sidetrack-attempts", &attempts.to_string());
+            put(h, "x-sidetrack-fallback-hop", &hop.to_string());
+        }
+        let upstream_said_when = h.contains_key("retry-after") || h.contains_key("retry-after-ms");
+        if self.retry_hint == CallerRetryHint::Auto && status >= 400 && attempts >= 2 && !upstream_said_when {
+            // The chain already tried alternatives; SDK retries would multiply upstream calls.
+            put(h, "x-should-retry", "false");
+        }
+
+        let mut rec = self.record(if status < 400 { "SERVED" } else { "ERROR" }, reason, status);
+        rec.served_by = outcome.status().map(|_| ServedBy { target, model });
+        rec.fallback_hop = Some(hop);
+        rec.attempts = out.attempts;
+        rec.skipped = out.skipped;
+        rec.committed = true;
+        rec.ttft_ms = Some(ms(self.started.elapsed()));
+
+        match live {
+            None => {
+                self.log.record(rec);
+                resp
+            }
+            Some((held, rest, scan)) => {
+                let finish = Box::new(Finish { log: self.log.clone(), started: self.started, rec });
+                let body = RelayBody::new(held, rest, scan, self.dialect, deadline, finish);
+                let (parts, _) = resp.into_parts();
+                Response::from_parts(parts, Body::new(body))
+            }
+        }
+    }
+}
+
+fn put(h: &mut http::HeaderMap, name: &'static str, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        h.insert(HeaderName::from_static(name), v);
+    }
+}
+
+fn copy_headers(from: &http::HeaderMap, to: &mut http::HeaderMap) {
+    for (k, v) in from {
+        if !HOP_BY_HOP.contains(&k.as_str()) {
+            to.append(k.clone(), v.clone());
+        }
+    }
+    to.remove(CONTENT_LENGTH);
+}
+
+/// Writes the routing record when a committed body ends.
+struct Finish {
+    log: RoutingLog,
+    started: Instant,
+    rec: RoutingRecord,
+}
+
+impl OnFinish for Finish {
+    fn finish(self: Box<Self>, end: RelayEnd) {
+        let Finish { log, started, mut rec } = *self;
+        rec.mid_stream_error = end.mid_stream_error;
+        rec.usage = end.usage.map(|u| UsageRecord { input_tokens: u.input_tokens, output_tokens: u.output_tokens });
+        rec.latency_ms = ms(started.elapsed());
+        if end.mid_stream_error {
+            rec.outcome = "ERROR";
+        }
+        log.record(rec);
+    }
+}

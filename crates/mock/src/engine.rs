@@ -1,0 +1,319 @@
+//! The behaviour engine: turns a model's [`Behaviour`], the facts of one request and one PRNG draw
+//! into a [`Decision`]. Pure and dialect-free — the dialect modules only frame what it decides.
+
+use std::time::Duration;
+
+use crate::config::{Behaviour, UsageConfig};
+
+/// Content chunks of a streamed reply when `streamChunks` is not set.
+pub const DEFAULT_STREAM_CHUNKS: usize = 4;
+/// Status of a failing `failureRate` draw when `status` is not set.
+pub const DEFAULT_FAILURE_STATUS: u16 = 503;
+/// In-stream error type when `streamErrorType` is not set.
+pub const DEFAULT_STREAM_ERROR_TYPE: &str = "server_error";
+
+/// What a dialect's `parse_request` extracts from a request body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestFacts {
+    /// The requested model, answered back verbatim in the response.
+    pub model: String,
+    /// The caller asked for a stream.
+    pub stream: bool,
+    /// OpenAI chat `stream_options.include_usage`; dialects without the option ignore it.
+    pub include_stream_usage: bool,
+    /// Characters of prompt text, for the derived token usage.
+    pub prompt_chars: usize,
+}
+
+/// Everything the server needs to answer one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// Wait this long before sending the response headers.
+    pub first_byte_delay: Duration,
+    pub outcome: Outcome,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Answer with the dialect's error body.
+    Error(MockError),
+    /// Answer 2xx with the reply (possibly cut short, see [`Ending`]).
+    Success(Success),
+}
+
+/// An error response, before the dialect gives it its shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MockError {
+    pub status: u16,
+    /// Explicit error `type`; `None` lets the dialect pick the type that matches `status`.
+    pub error_type: Option<String>,
+    /// Explicit message; `None` lets the dialect pick the one that matches the type/status.
+    pub message: Option<String>,
+    pub retry_after_seconds: Option<u64>,
+}
+
+impl MockError {
+    pub fn new(status: u16) -> Self {
+        Self {
+            status,
+            error_type: None,
+            message: None,
+            retry_after_seconds: None,
+        }
+    }
+}
+
+/// A successful (2xx) answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Success {
+    pub status: u16,
+    /// The full reply text.
+    pub reply: String,
+    /// The reply split into the content chunks of a stream; they concatenate to `reply`.
+    pub chunks: Vec<String>,
+    /// Gap before every content chunk but the first (and before a failure taking a chunk's place).
+    pub chunk_interval: Duration,
+    pub usage: Usage,
+    pub ending: Ending,
+}
+
+/// Token usage to report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+impl Usage {
+    pub fn total_tokens(&self) -> u64 {
+        self.prompt_tokens + self.completion_tokens
+    }
+}
+
+/// How a successful body ends.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ending {
+    /// Normally, with the dialect's terminator.
+    Complete,
+    /// The connection dies after this many content chunks (non-streaming: after part of the JSON).
+    DropAfter(usize),
+    /// The dialect's in-stream error event after this many content chunks; no terminator.
+    /// Only for streams: a non-streaming request gets an error status instead.
+    ErrorAfter { chunks: usize, error_type: String },
+}
+
+/// Decides the answer. `draw` is the model's next PRNG value in `[0, 1)`, present when the behaviour
+/// has a `failureRate`.
+pub fn decide(behaviour: &Behaviour, request: &RequestFacts, draw: Option<f64>) -> Decision {
+    let first_byte_delay =
+        Duration::from_millis(behaviour.first_byte_delay_milliseconds.unwrap_or(0));
+    Decision {
+        first_byte_delay,
+        outcome: outcome(behaviour, request, draw),
+    }
+}
+
+fn outcome(b: &Behaviour, request: &RequestFacts, draw: Option<f64>) -> Outcome {
+    // A failureRate turns `status` into the status of failing draws; passing draws are healthy.
+    let error_status = match (b.failure_rate, draw) {
+        (Some(rate), Some(x)) => (x < rate).then(|| b.status.unwrap_or(DEFAULT_FAILURE_STATUS)),
+        _ => b.status.filter(|s| !(200..300).contains(s)),
+    };
+    if let Some(status) = error_status {
+        return Outcome::Error(MockError {
+            retry_after_seconds: b.retry_after_seconds,
+            ..MockError::new(status)
+        });
+    }
+
+    let ending = ending(b);
+    if let (Ending::ErrorAfter { error_type, .. }, false) = (&ending, request.stream) {
+        return Outcome::Error(MockError {
+            error_type: Some(error_type.clone()),
+            retry_after_seconds: b.retry_after_seconds,
+            ..MockError::new(status_of_error_type(error_type))
+        });
+    }
+
+    let reply = b
+        .reply
+        .clone()
+        .unwrap_or_else(|| default_reply(&request.model));
+    let usage = match b.usage {
+        Some(UsageConfig {
+            prompt_tokens,
+            completion_tokens,
+        }) => Usage {
+            prompt_tokens,
+            completion_tokens,
+        },
+        None => Usage {
+            prompt_tokens: tokens_for_chars(request.prompt_chars),
+            completion_tokens: tokens_for_chars(reply.chars().count()),
+        },
+    };
+    Outcome::Success(Success {
+        status: b.status.filter(|s| (200..300).contains(s)).unwrap_or(200),
+        chunks: split_reply(&reply, b.stream_chunks.unwrap_or(DEFAULT_STREAM_CHUNKS)),
+        reply,
+        chunk_interval: Duration::from_millis(b.chunk_interval_milliseconds.unwrap_or(0)),
+        usage,
+        ending,
+    })
+}
+
+/// `dropAfterChunks` wins over `streamErrorAfterChunks` when it comes first or at the same chunk.
+fn ending(b: &Behaviour) -> Ending {
+    match (b.drop_after_chunks, b.stream_error_after_chunks) {
+        (Some(drop), Some(err)) if drop <= err => Ending::DropAfter(drop),
+        (Some(drop), None) => Ending::DropAfter(drop),
+        (_, Some(chunks)) => Ending::ErrorAfter {
+            chunks,
+            error_type: b
+                .stream_error_type
+                .clone()
+                .unwrap_or_else(|| DEFAULT_STREAM_ERROR_TYPE.to_owned()),
+        },
+        (None, None) => Ending::Complete,
+    }
+}
+
+/// The reply of a model without a scripted `reply`.
+pub fn default_reply(model: &str) -> String {
+    format!("hello from {model}")
+}
+
+/// Status a non-streaming request gets when the behaviour scripts an in-stream error:
+/// 529 for `overloaded_error` (Anthropic's overloaded status), 500 otherwise.
+pub fn status_of_error_type(error_type: &str) -> u16 {
+    if error_type == "overloaded_error" {
+        529
+    } else {
+        500
+    }
+}
+
+/// Roughly four characters per token, rounded up.
+pub fn tokens_for_chars(chars: usize) -> u64 {
+    (chars as u64).div_ceil(4)
+}
+
+/// Splits `text` into `n` pieces of near-equal character counts (fewer when the text has fewer
+/// than `n` characters: one character each; none for an empty text).
+pub fn split_reply(text: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let len = chars.len();
+    let k = n.max(1).min(len);
+    (0..k)
+        .map(|i| chars[i * len / k..(i + 1) * len / k].iter().collect())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(stream: bool) -> RequestFacts {
+        RequestFacts {
+            model: "m".to_owned(),
+            stream,
+            include_stream_usage: false,
+            prompt_chars: 9,
+        }
+    }
+
+    fn success(d: Decision) -> Success {
+        match d.outcome {
+            Outcome::Success(s) => s,
+            Outcome::Error(e) => panic!("expected success, got {e:?}"),
+        }
+    }
+
+    fn error(d: Decision) -> MockError {
+        match d.outcome {
+            Outcome::Error(e) => e,
+            Outcome::Success(s) => panic!("expected error, got {s:?}"),
+        }
+    }
+
+    #[test]
+    fn empty_behaviour_is_healthy() {
+        let s = success(decide(&Behaviour::default(), &facts(false), None));
+        assert_eq!(s.status, 200);
+        assert_eq!(s.reply, "hello from m");
+        assert_eq!(s.chunks.len(), 4);
+        assert_eq!(s.chunks.concat(), "hello from m");
+        assert_eq!(
+            s.usage,
+            Usage {
+                prompt_tokens: 3,
+                completion_tokens: 3
+            }
+        );
+        assert_eq!(s.ending, Ending::Complete);
+    }
+
+    #[test]
+    fn split_is_even_and_lossless() {
+        assert_eq!(split_reply("abcdefg", 3), vec!["ab", "cd", "efg"]);
+        assert_eq!(split_reply("héllo", 2), vec!["hé", "llo"]);
+        assert_eq!(split_reply("ab", 5), vec!["a", "b"]);
+        assert!(split_reply("", 4).is_empty());
+    }
+
+    #[test]
+    fn non_2xx_status_is_an_error_with_retry_after() {
+        let b = Behaviour {
+            status: Some(429),
+            retry_after_seconds: Some(2),
+            ..Behaviour::default()
+        };
+        let e = error(decide(&b, &facts(true), None));
+        assert_eq!(e.status, 429);
+        assert_eq!(e.retry_after_seconds, Some(2));
+        assert_eq!(e.error_type, None);
+    }
+
+    #[test]
+    fn failure_rate_uses_the_draw_and_defaults_to_503() {
+        let b = Behaviour {
+            failure_rate: Some(0.3),
+            ..Behaviour::default()
+        };
+        assert_eq!(error(decide(&b, &facts(false), Some(0.29))).status, 503);
+        success(decide(&b, &facts(false), Some(0.3)));
+    }
+
+    #[test]
+    fn stream_error_on_a_non_streaming_request_is_a_status() {
+        let b = Behaviour {
+            stream_error_after_chunks: Some(0),
+            stream_error_type: Some("overloaded_error".to_owned()),
+            ..Behaviour::default()
+        };
+        let e = error(decide(&b, &facts(false), None));
+        assert_eq!(e.status, 529);
+        assert_eq!(e.error_type.as_deref(), Some("overloaded_error"));
+        let s = success(decide(&b, &facts(true), None));
+        assert_eq!(
+            s.ending,
+            Ending::ErrorAfter {
+                chunks: 0,
+                error_type: "overloaded_error".to_owned()
+            }
+        );
+    }
+
+    #[test]
+    fn drop_wins_when_it_comes_first() {
+        let b = Behaviour {
+            drop_after_chunks: Some(1),
+            stream_error_after_chunks: Some(2),
+            ..Behaviour::default()
+        };
+        assert_eq!(
+            success(decide(&b, &facts(true), None)).ending,
+            Ending::DropAfter(1)
+        );
+    }
+}

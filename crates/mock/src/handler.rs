@@ -1,0 +1,173 @@
+//! One HTTP request: the control API (`/_mock/...`) or a dialect endpoint.
+//!
+//! Dialect flow: parse → count the hit and pick the behaviour → engine decides → first-byte delay
+//! → the dialect frames the outcome.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde_json::{json, Map, Value};
+
+use crate::body::{self, MockBody};
+use crate::config::Behaviour;
+use crate::dialect::{Dialect, RenderContext};
+use crate::engine::{self, MockError};
+use crate::state::Shared;
+
+const CONTROL_PREFIX: &str = "/_mock/";
+
+pub(crate) async fn handle(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+) -> Result<Response<MockBody>, Infallible> {
+    let (parts, incoming) = req.into_parts();
+    let path = parts.uri.path().to_owned();
+    let body = match incoming.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        // The client went away mid-request; whatever we answer goes nowhere.
+        Err(_) => return Ok(control_reply(StatusCode::BAD_REQUEST, json!({"error": "unreadable body"}))),
+    };
+
+    if let Some(rest) = path.strip_prefix(CONTROL_PREFIX) {
+        return Ok(control(&shared, &parts.method, rest, &body));
+    }
+    let mut ctx = RenderContext {
+        request_id: format!("req_{}", shared.fresh_hex()),
+        unique: shared.fresh_hex(),
+        created: unix_now(),
+        model: String::new(),
+        include_stream_usage: false,
+    };
+    let Some(dialect) = Dialect::for_route(&parts.method, &path) else {
+        // Unknown routes answer like OpenAI does, the most common dialect.
+        let error = MockError {
+            error_type: Some("invalid_request_error".to_owned()),
+            message: Some(format!("Invalid URL ({} {path})", parts.method)),
+            ..MockError::new(404)
+        };
+        return Ok(Dialect::OpenAiChat.render_error(&ctx, &error));
+    };
+
+    let (facts, json) = match dialect.parse_request(&body) {
+        Ok(parsed) => parsed,
+        Err(error) => return Ok(dialect.render_error(&ctx, &error)),
+    };
+    let admission = shared.admit(&facts.model, &path, headers_json(&parts.headers), json);
+    let decision = engine::decide(&admission.behaviour, &facts, admission.draw);
+    if !decision.first_byte_delay.is_zero() {
+        tokio::time::sleep(decision.first_byte_delay).await;
+    }
+    ctx.model = facts.model.clone();
+    ctx.include_stream_usage = facts.include_stream_usage;
+    Ok(dialect.respond(&ctx, &decision.outcome, facts.stream))
+}
+
+/// `GET stats`, `POST models/{name}`, `POST reset`.
+fn control(shared: &Shared, method: &Method, rest: &str, body: &Bytes) -> Response<MockBody> {
+    match (method, rest) {
+        (&Method::GET, "stats") => control_reply(StatusCode::OK, shared.stats()),
+        (&Method::POST, "reset") => {
+            shared.reset();
+            control_reply(StatusCode::OK, json!({"ok": true}))
+        }
+        (&Method::POST, _) if rest.starts_with("models/") => {
+            let name = percent_decode(&rest["models/".len()..]);
+            if name.is_empty() {
+                return control_reply(StatusCode::BAD_REQUEST, json!({"error": "missing model name"}));
+            }
+            let behaviour = serde_json::from_slice::<Behaviour>(body)
+                .map_err(|e| e.to_string())
+                .and_then(|b| b.validate().map(|()| b));
+            match behaviour {
+                Ok(b) => {
+                    shared.set_behaviour(&name, b.clone());
+                    control_reply(StatusCode::OK, json!({"ok": true, "model": name, "behaviour": b}))
+                }
+                Err(e) => control_reply(StatusCode::BAD_REQUEST, json!({"error": e})),
+            }
+        }
+        (&Method::GET, _) if rest.starts_with("models/") => {
+            let name = percent_decode(&rest["models/".len()..]);
+            control_reply(StatusCode::OK, json!({"model": name, "behaviour": shared.behaviour(&name)}))
+        }
+        _ => control_reply(
+            StatusCode::NOT_FOUND,
+            json!({"error": format!("no control endpoint {method} {CONTROL_PREFIX}{rest}")}),
+        ),
+    }
+}
+
+fn control_reply(status: StatusCode, value: Value) -> Response<MockBody> {
+    let mut res = Response::new(body::full(value.to_string()));
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    res
+}
+
+/// Header names are already lowercase in `http`; repeated headers are joined with `, `.
+fn headers_json(headers: &HeaderMap) -> Value {
+    let mut out = Map::new();
+    for (name, value) in headers {
+        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        match out.get_mut(name.as_str()) {
+            Some(Value::String(existing)) => {
+                existing.push_str(", ");
+                existing.push_str(&value);
+            }
+            _ => {
+                out.insert(name.as_str().to_owned(), Value::String(value));
+            }
+        }
+    }
+    Value::Object(out)
+}
+
+/// Decodes `%XX` escapes (model ids may contain `:` or `/`); invalid escapes stay as they are.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
+            .and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode("a%3Ab%2Fc"), "a:b/c");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz"), "%zz");
+    }
+}
