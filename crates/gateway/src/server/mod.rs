@@ -233,6 +233,11 @@ impl GatewayHandle {
         }
     }
 
+    /// Swaps in a new config. Requests in flight keep the config they started with.
+    pub fn reload(&self, config: Config) {
+        self.shared.runtime.store(Arc::new(Runtime::new(config)));
+    }
+
     /// Waits until the server stops by itself (it does not, unless shut down).
     pub async fn wait(self) -> std::io::Result<()> {
         match self.task.await {

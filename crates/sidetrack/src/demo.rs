@@ -1,0 +1,224 @@
+//! `sidetrack demo`: the built-in mock provider, a gateway on the embedded example config, and a
+//! narrated sequence of requests showing what sidetrack does when a model fails.
+#![allow(clippy::print_stdout)]
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use sidetrack_gateway::observe::RoutingRecord;
+use sidetrack_gateway::RoutingLog;
+use sidetrack_mock::{Behaviour, MockConfig, MockServer};
+
+use crate::{fail, DEMO_GRACE, RUNTIME};
+
+const CONFIG: &str = include_str!("../../../examples/demo.yaml");
+
+type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
+
+struct Demo {
+    client: HttpClient,
+    base: String,
+    log: RoutingLog,
+    seen: usize,
+}
+
+struct Reply {
+    status: u16,
+    should_retry: Option<String>,
+    text: String,
+}
+
+impl Demo {
+    async fn send(&mut self, model: &str, stream: bool) -> Result<(Reply, RoutingRecord), String> {
+        let body = serde_json::json!({
+            "model": model,
+            "stream": stream,
+            "messages": [{"role": "user", "content": "Say hello"}],
+        });
+        let req = http::Request::post(format!("{}/v1/chat/completions", self.base))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .map_err(|e| e.to_string())?;
+        let resp = self.client.request(req).await.map_err(|e| format!("request failed: {e}"))?;
+        let status = resp.status().as_u16();
+        let should_retry =
+            resp.headers().get("x-should-retry").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let bytes = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        self.seen += 1;
+        let records = self.log.wait_for(self.seen, Duration::from_secs(5)).await;
+        let rec = records.get(self.seen - 1).cloned().ok_or("no routing record was written")?;
+        Ok((Reply { status, should_retry, text }, rec))
+    }
+}
+
+fn describe(rec: &RoutingRecord) -> String {
+    let mut lines = Vec::new();
+    for a in &rec.attempts {
+        let what = match (a.status, a.error_kind) {
+            (Some(s), _) => format!("{} {s}", a.outcome),
+            (None, Some(k)) => k.to_owned(),
+            _ => a.outcome.to_owned(),
+        };
+        let why = a.detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default();
+        lines.push(format!(
+            "      attempt hop {}: {}/{} → {what}{why} in {:.1} ms",
+            a.hop, a.target, a.model, a.duration_ms
+        ));
+    }
+    let served = rec
+        .served_by
+        .as_ref()
+        .map(|s| format!("{}/{}", s.target, s.model))
+        .unwrap_or_else(|| "nobody".into());
+    lines.push(format!(
+        "    ⇒ status {} from {served}, reason `{}`, {} attempt(s), {:.1} ms total",
+        rec.status,
+        rec.reason,
+        rec.attempts.len(),
+        rec.latency_ms
+    ));
+    lines.join("\n")
+}
+
+fn streamed_text(sse: &str) -> String {
+    sse.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str().map(str::to_owned))
+        .collect()
+}
+
+fn status(code: u16) -> Behaviour {
+    Behaviour { status: Some(code), ..Behaviour::default() }
+}
+
+pub async fn run(listen: SocketAddr, no_serve: bool) -> ExitCode {
+    let mock = match MockServer::start(MockConfig::default()).await {
+        Ok(m) => m,
+        Err(e) => return fail(RUNTIME, &format!("cannot start the mock provider: {e}")),
+    };
+    // A port that nothing listens on: bind one, note it, let it go.
+    let dead = match std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
+        Ok(a) => a,
+        Err(e) => return fail(RUNTIME, &format!("cannot reserve a port: {e}")),
+    };
+    let src = CONFIG
+        .replace("${MOCK_URL}", &mock.base_url())
+        .replace("${DEAD_URL}", &format!("http://{dead}"));
+    let cfg = match sidetrack_config::load_str(&src, "examples/demo.yaml") {
+        Ok(c) => c,
+        Err(e) => return fail(RUNTIME, &format!("embedded demo config is invalid:\n{e}")),
+    };
+    let log = RoutingLog::memory();
+    let gw = match sidetrack_gateway::start(cfg, log.clone(), Some(listen)).await {
+        Ok(g) => g,
+        Err(e) => return fail(RUNTIME, &format!("cannot listen on {listen}: {e} (try --listen 127.0.0.1:0)")),
+    };
+    let mut demo = Demo {
+        client: Client::builder(TokioExecutor::new()).build_http(),
+        base: gw.base_url(),
+        log,
+        seen: 0,
+    };
+
+    println!("sidetrack demo — gateway on {}, mock provider on {}", gw.base_url(), mock.base_url());
+    println!("route for `gpt-4o`: rule `resilient-chat` → openai-primary/gpt-4o, fallback openai-backup/gpt-4o-mini");
+    println!("(first-byte timeout 300 ms on the primary; default triggers 5XX, CONNECTION_ERROR, FIRST_BYTE_TIMEOUT, UNROUTABLE)\n");
+
+    let steps: Vec<(&str, &str, bool, Vec<(&str, Behaviour)>)> = vec![
+        ("1. A healthy primary answers.", "gpt-4o", false, vec![]),
+        ("2. The primary starts answering 503: the same request falls back inside the call.", "gpt-4o", false, vec![("gpt-4o", status(503))]),
+        (
+            "3. The primary hangs (first byte after 10 s): firstByteTimeoutMilliseconds moves on after 300 ms.",
+            "gpt-4o",
+            false,
+            vec![("gpt-4o", Behaviour { first_byte_delay_milliseconds: Some(10_000), ..Behaviour::default() })],
+        ),
+        ("4. A dead host (connection refused) behind rule `dead-host`.", "legacy-chat", false, vec![]),
+        (
+            "5. Streaming: the primary answers 200, then `overloaded_error` before any token. With streamCommit firstToken nothing was sent yet, so it still falls back.",
+            "gpt-4o",
+            true,
+            vec![(
+                "gpt-4o",
+                Behaviour {
+                    stream_error_after_chunks: Some(0),
+                    stream_error_type: Some("overloaded_error".into()),
+                    ..Behaviour::default()
+                },
+            )],
+        ),
+        (
+            "6. Everything is down: the caller gets the last 503, marked `x-should-retry: false` so the SDK does not multiply the calls.",
+            "gpt-4o",
+            false,
+            vec![("gpt-4o", status(503)), ("gpt-4o-mini", status(503))],
+        ),
+    ];
+    for (title, model, stream, behaviours) in steps {
+        for (m, b) in behaviours {
+            mock.set_behaviour(m, b);
+        }
+        println!("{title}");
+        match demo.send(model, stream).await {
+            Ok((reply, rec)) => {
+                println!("{}", describe(&rec));
+                if reply.status < 400 {
+                    let text = if stream {
+                        streamed_text(&reply.text)
+                    } else {
+                        serde_json::from_str::<serde_json::Value>(&reply.text)
+                            .ok()
+                            .and_then(|v| v["choices"][0]["message"]["content"].as_str().map(str::to_owned))
+                            .unwrap_or_default()
+                    };
+                    println!("    caller received: {text:?}{}\n", if stream { " (as a normal SSE stream)" } else { "" });
+                } else {
+                    println!(
+                        "    caller received: HTTP {} with x-should-retry: {}\n",
+                        reply.status,
+                        reply.should_retry.as_deref().unwrap_or("(absent)")
+                    );
+                }
+            }
+            Err(e) => return fail(RUNTIME, &format!("demo request failed: {e}")),
+        }
+    }
+    mock.reset();
+
+    if no_serve {
+        let _ = gw.shutdown(DEMO_GRACE).await;
+        return ExitCode::SUCCESS;
+    }
+    println!("The mock is healthy again. sidetrack keeps serving on {} until Ctrl-C. Try:", gw.base_url());
+    println!("  curl -s {}/v1/chat/completions -H 'content-type: application/json' \\", gw.base_url());
+    println!("       -d '{{\"model\":\"gpt-4o\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'");
+    println!("  or point the OpenAI SDK at it: OpenAI(base_url=\"{}/v1\", api_key=\"unused\")", gw.base_url());
+    let printer = tokio::spawn(print_new_records(demo.log.clone(), demo.seen));
+    let _ = tokio::signal::ctrl_c().await;
+    printer.abort();
+    println!("\nstopping");
+    let _ = gw.shutdown(DEMO_GRACE).await;
+    mock.shutdown().await;
+    ExitCode::SUCCESS
+}
+
+async fn print_new_records(log: RoutingLog, mut seen: usize) {
+    loop {
+        let records = log.wait_for(seen + 1, Duration::from_secs(3600)).await;
+        for rec in records.iter().skip(seen) {
+            println!(
+                "request {} model {:?}: status {}, reason `{}`",
+                rec.request_id, rec.requested_model, rec.status, rec.reason
+            );
+            println!("{}", describe(rec));
+        }
+        seen = records.len();
+    }
+}
