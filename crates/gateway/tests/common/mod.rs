@@ -1,0 +1,146 @@
+//! Test harness: the real mock provider and a real gateway on loopback sockets, with the routing
+//! log captured in memory.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use sidetrack_gateway::observe::RoutingRecord;
+use sidetrack_gateway::{GatewayHandle, RoutingLog};
+use sidetrack_mock::{Behaviour, MockConfig, MockServer};
+
+pub struct Env {
+    pub mock: MockServer,
+    pub gw: GatewayHandle,
+    pub log: RoutingLog,
+    client: Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+}
+
+pub struct Reply {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap()
+    }
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+pub fn behaviours(list: &[(&str, Behaviour)]) -> MockConfig {
+    let models: BTreeMap<String, Behaviour> =
+        list.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
+    MockConfig { models, ..MockConfig::default() }
+}
+
+pub fn status(code: u16) -> Behaviour {
+    Behaviour { status: Some(code), ..Behaviour::default() }
+}
+
+/// A port with nothing listening on it.
+pub fn dead_url() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    format!("http://{addr}")
+}
+
+/// Starts the mock with `mock_cfg` and a gateway from `yaml`, where `${MOCK}` is the mock's base URL
+/// and `${DEAD}` a refused port.
+pub async fn start(yaml: &str, mock_cfg: MockConfig) -> Env {
+    let mock = MockServer::start(mock_cfg).await.unwrap();
+    let src = yaml.replace("${MOCK}", &mock.base_url()).replace("${DEAD}", &dead_url());
+    let cfg = sidetrack_config::load_str(&src, "test.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let log = RoutingLog::memory();
+    let gw = sidetrack_gateway::start(cfg, log.clone(), Some("127.0.0.1:0".parse().unwrap()))
+        .await
+        .unwrap();
+    Env { mock, gw, log, client: Client::builder(TokioExecutor::new()).build_http() }
+}
+
+impl Env {
+    pub async fn post(&self, path: &str, body: serde_json::Value, headers: &[(&str, &str)]) -> Reply {
+        let mut req = http::Request::post(format!("{}{path}", self.gw.base_url()))
+            .header("content-type", "application/json");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = self.client.request(req.body(Full::new(Bytes::from(body.to_string()))).unwrap()).await.unwrap();
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = match resp.into_body().collect().await {
+            Ok(b) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
+            Err(e) => format!("<body error: {e}>"),
+        };
+        Reply { status, headers, body }
+    }
+
+    pub async fn chat(&self, model: &str, stream: bool) -> Reply {
+        self.post(
+            "/v1/chat/completions",
+            serde_json::json!({"model": model, "stream": stream, "messages": [{"role": "user", "content": "hi"}]}),
+            &[],
+        )
+        .await
+    }
+
+    /// The `n`-th routing record (1-based), waiting for it to be written.
+    pub async fn record(&self, n: usize) -> RoutingRecord {
+        let recs = self.log.wait_for(n, Duration::from_secs(10)).await;
+        assert!(recs.len() >= n, "expected {n} routing records, got {}", recs.len());
+        recs[n - 1].clone()
+    }
+
+    pub fn hits(&self, model: &str) -> u64 {
+        self.mock.hits(model)
+    }
+
+    pub fn route(rec: &RoutingRecord) -> Vec<String> {
+        rec.attempts.iter().map(|a| format!("{}/{}", a.target, a.model)).collect()
+    }
+}
+
+/// The Python with the official SDKs (installed by `.ci/run` into `.venv`).
+pub fn python() -> PathBuf {
+    if let Some(p) = std::env::var_os("SIDETRACK_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
+    assert!(
+        venv.exists(),
+        "the SDK tests need the official SDKs: run `bash .ci/run` once (it creates .venv) or set SIDETRACK_PYTHON"
+    );
+    venv
+}
+
+/// Runs `tests/sdk/<script>` with args; returns its JSON stdout.
+pub async fn run_sdk(script: &str, args: &[&str]) -> serde_json::Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/sdk").join(script);
+    let out = tokio::process::Command::new(python()).arg(path).args(args).output().await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "sdk script failed: {}\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("bad sdk output {stdout}: {e}"))
+}
+
+/// The text content of an OpenAI chat SSE body.
+pub fn streamed_text(sse: &str) -> String {
+    sse.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str().map(str::to_owned))
+        .collect()
+}

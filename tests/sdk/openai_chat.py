@@ -1,0 +1,45 @@
+"""Drives sidetrack with the official `openai` SDK; prints one JSON object for the Rust test.
+
+usage: openai_chat.py complete|stream BASE_URL MODEL
+The client keeps the SDK defaults (max_retries=2), so a test can prove the SDK did not retry.
+"""
+import json
+import sys
+
+import openai
+
+
+def main() -> None:
+    mode, base, model = sys.argv[1], sys.argv[2], sys.argv[3]
+    client = openai.OpenAI(base_url=base + "/v1", api_key="sk-test")
+    messages = [{"role": "user", "content": "hi"}]
+    out = {"text": "", "chunks": 0, "error": None, "status": None}
+    try:
+        if mode == "complete":
+            raw = client.chat.completions.with_raw_response.create(model=model, messages=messages)
+            out["status"] = raw.status_code
+            out["served_by"] = raw.headers.get("x-sidetrack-served-by")
+            out["text"] = raw.parse().choices[0].message.content
+        elif mode == "stream":
+            stream = client.chat.completions.create(model=model, messages=messages, stream=True)
+            parts = []
+            for chunk in stream:
+                out["chunks"] += 1
+                if chunk.choices and chunk.choices[0].delta.content:
+                    parts.append(chunk.choices[0].delta.content)
+                out["text"] = "".join(parts)
+        else:
+            raise SystemExit(f"unknown mode {mode}")
+    except openai.APIError as e:
+        out["error"] = {
+            "class": type(e).__name__,
+            "is_status_error": isinstance(e, openai.APIStatusError),
+            "status": getattr(e, "status_code", None),
+            "type": getattr(e, "type", None),
+            "message": e.message,
+        }
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
