@@ -48,6 +48,9 @@ pub fn scripted(steps: Vec<Step>) -> MockBody {
                 Step::Frame(bytes) => return Some((Ok(Frame::data(bytes)), steps)),
                 Step::Pause(d) => tokio::time::sleep(d).await,
                 Step::Abort => {
+                    // hyper flushes what it buffered only when the body is pending; without this
+                    // the abort would also discard the headers and the chunks before it.
+                    tokio::task::yield_now().await;
                     let err: BodyError = "mock: dropAfterChunks: connection killed mid-body".into();
                     return Some((Err(err), VecDeque::new()));
                 }

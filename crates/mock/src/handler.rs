@@ -30,7 +30,12 @@ pub(crate) async fn handle(
     let body = match incoming.collect().await {
         Ok(collected) => collected.to_bytes(),
         // The client went away mid-request; whatever we answer goes nowhere.
-        Err(_) => return Ok(control_reply(StatusCode::BAD_REQUEST, json!({"error": "unreadable body"}))),
+        Err(_) => {
+            return Ok(control_reply(
+                StatusCode::BAD_REQUEST,
+                json!({"error": "unreadable body"}),
+            ))
+        }
     };
 
     if let Some(rest) = path.strip_prefix(CONTROL_PREFIX) {
@@ -78,7 +83,10 @@ fn control(shared: &Shared, method: &Method, rest: &str, body: &Bytes) -> Respon
         (&Method::POST, _) if rest.starts_with("models/") => {
             let name = percent_decode(&rest["models/".len()..]);
             if name.is_empty() {
-                return control_reply(StatusCode::BAD_REQUEST, json!({"error": "missing model name"}));
+                return control_reply(
+                    StatusCode::BAD_REQUEST,
+                    json!({"error": "missing model name"}),
+                );
             }
             let behaviour = serde_json::from_slice::<Behaviour>(body)
                 .map_err(|e| e.to_string())
@@ -86,14 +94,20 @@ fn control(shared: &Shared, method: &Method, rest: &str, body: &Bytes) -> Respon
             match behaviour {
                 Ok(b) => {
                     shared.set_behaviour(&name, b.clone());
-                    control_reply(StatusCode::OK, json!({"ok": true, "model": name, "behaviour": b}))
+                    control_reply(
+                        StatusCode::OK,
+                        json!({"ok": true, "model": name, "behaviour": b}),
+                    )
                 }
                 Err(e) => control_reply(StatusCode::BAD_REQUEST, json!({"error": e})),
             }
         }
         (&Method::GET, _) if rest.starts_with("models/") => {
             let name = percent_decode(&rest["models/".len()..]);
-            control_reply(StatusCode::OK, json!({"model": name, "behaviour": shared.behaviour(&name)}))
+            control_reply(
+                StatusCode::OK,
+                json!({"model": name, "behaviour": shared.behaviour(&name)}),
+            )
         }
         _ => control_reply(
             StatusCode::NOT_FOUND,

@@ -194,7 +194,11 @@ async fn accept_loop(
     connections.shutdown().await;
 }
 
-async fn serve_connection(stream: TcpStream, mut refuse: watch::Receiver<bool>, shared: Arc<Shared>) {
+async fn serve_connection(
+    stream: TcpStream,
+    mut refuse: watch::Receiver<bool>,
+    shared: Arc<Shared>,
+) {
     let reset = Arc::new(AtomicBool::new(false));
     let io = TokioIo::new(ResettableStream {
         inner: stream,

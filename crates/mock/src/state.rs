@@ -47,7 +47,10 @@ pub(crate) struct Admission {
 }
 
 impl Shared {
-    pub fn new(models: BTreeMap<String, Behaviour>, refuse: Vec<(watch::Sender<bool>, bool)>) -> Self {
+    pub fn new(
+        models: BTreeMap<String, Behaviour>,
+        refuse: Vec<(watch::Sender<bool>, bool)>,
+    ) -> Self {
         let id_base = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);

@@ -55,7 +55,12 @@ impl Dialect {
     }
 
     /// Frames the engine's outcome.
-    pub fn respond(self, ctx: &RenderContext, outcome: &Outcome, stream: bool) -> Response<MockBody> {
+    pub fn respond(
+        self,
+        ctx: &RenderContext,
+        outcome: &Outcome,
+        stream: bool,
+    ) -> Response<MockBody> {
         match (self, outcome) {
             (Self::OpenAiChat, Outcome::Error(e)) => openai_chat::render_error(ctx, e),
             (Self::OpenAiChat, Outcome::Success(s)) if stream => openai_chat::render_stream(ctx, s),
@@ -81,7 +86,10 @@ pub(crate) fn response(
     let mut res = Response::new(body);
     *res.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let headers = res.headers_mut();
-    headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static(content_type),
+    );
     if let Ok(v) = HeaderValue::from_str(&ctx.request_id) {
         headers.insert(request_id_header, v);
     }
@@ -89,7 +97,10 @@ pub(crate) fn response(
 }
 
 /// Adds `Retry-After: <seconds>` when set.
-pub(crate) fn with_retry_after(mut res: Response<MockBody>, seconds: Option<u64>) -> Response<MockBody> {
+pub(crate) fn with_retry_after(
+    mut res: Response<MockBody>,
+    seconds: Option<u64>,
+) -> Response<MockBody> {
     if let Some(s) = seconds {
         res.headers_mut()
             .insert(http::header::RETRY_AFTER, HeaderValue::from(s));

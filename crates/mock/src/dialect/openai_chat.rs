@@ -26,7 +26,11 @@ pub fn parse_request(body: &[u8]) -> Result<(RequestFacts, Value), MockError> {
     })?;
     let model = match json.get("model") {
         Some(Value::String(m)) if !m.is_empty() => m.clone(),
-        _ => return Err(invalid_request("you must provide a model parameter".to_owned())),
+        _ => {
+            return Err(invalid_request(
+                "you must provide a model parameter".to_owned(),
+            ))
+        }
     };
     let facts = RequestFacts {
         model,
@@ -49,7 +53,11 @@ fn prompt_chars(json: &Value) -> usize {
         .flatten()
         .filter_map(|m| m.get("content"))
         .map(|content| match content {
-            Value::Array(parts) => parts.iter().filter_map(|p| p.get("text")).map(text_len).sum(),
+            Value::Array(parts) => parts
+                .iter()
+                .filter_map(|p| p.get("text"))
+                .map(text_len)
+                .sum(),
             other => text_len(other),
         })
         .sum()
@@ -91,7 +99,13 @@ pub fn render_success(ctx: &RenderContext, success: &Success) -> Response<MockBo
         Ending::DropAfter(_) => body::truncated(bytes),
         _ => body::full(bytes),
     };
-    response(success.status, "application/json", REQUEST_ID_HEADER, ctx, body)
+    response(
+        success.status,
+        "application/json",
+        REQUEST_ID_HEADER,
+        ctx,
+        body,
+    )
 }
 
 /// `text/event-stream` of `chat.completion.chunk` events: the role chunk, one chunk per content
@@ -122,7 +136,11 @@ pub fn render_error(ctx: &RenderContext, error: &MockError) -> Response<MockBody
             message: error.message.as_deref().unwrap_or(&default_message),
             r#type: error.error_type.as_deref().unwrap_or(default_type),
             param: None,
-            code: if error.error_type.is_some() { None } else { code },
+            code: if error.error_type.is_some() {
+                None
+            } else {
+                code
+            },
         },
     };
     let res = response(
@@ -138,7 +156,11 @@ pub fn render_error(ctx: &RenderContext, error: &MockError) -> Response<MockBody
 /// `(type, code, message)` of OpenAI's error for `status` (reference/wire-formats.md §1.1).
 fn error_defaults(status: u16, model: &str) -> (&'static str, Option<&'static str>, String) {
     match status {
-        400 => ("invalid_request_error", None, format!("Invalid request for model `{model}`.")),
+        400 => (
+            "invalid_request_error",
+            None,
+            format!("Invalid request for model `{model}`."),
+        ),
         401 => (
             "invalid_request_error",
             Some("invalid_api_key"),
@@ -157,7 +179,9 @@ fn error_defaults(status: u16, model: &str) -> (&'static str, Option<&'static st
         429 => (
             "requests",
             Some("rate_limit_exceeded"),
-            format!("Rate limit reached for {model} on requests per min (RPM). Please try again later."),
+            format!(
+                "Rate limit reached for {model} on requests per min (RPM). Please try again later."
+            ),
         ),
         503 => (
             "server_error",

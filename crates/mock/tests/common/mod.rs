@@ -74,7 +74,11 @@ impl RawConn {
         req.push_str("\r\n");
         req.push_str(body);
         let started = Instant::now();
-        self.reader.get_mut().write_all(req.as_bytes()).await.unwrap();
+        self.reader
+            .get_mut()
+            .write_all(req.as_bytes())
+            .await
+            .unwrap();
         self.read_response(started).await
     }
 
@@ -94,14 +98,15 @@ impl RawConn {
             let (k, v) = l.split_once(':').unwrap();
             headers.insert(k.to_ascii_lowercase(), v.trim().to_owned());
         }
-        let (frames, complete) = if headers.get("transfer-encoding").map(String::as_str) == Some("chunked") {
-            self.read_chunks().await
-        } else {
-            let len: usize = headers["content-length"].parse().unwrap();
-            let mut body = vec![0; len];
-            let complete = self.reader.read_exact(&mut body).await.is_ok();
-            (vec![body], complete)
-        };
+        let (frames, complete) =
+            if headers.get("transfer-encoding").map(String::as_str) == Some("chunked") {
+                self.read_chunks().await
+            } else {
+                let len: usize = headers["content-length"].parse().unwrap();
+                let mut body = vec![0; len];
+                let complete = self.reader.read_exact(&mut body).await.is_ok();
+                (vec![body], complete)
+            };
         RawResponse {
             status,
             headers,
@@ -143,7 +148,10 @@ impl RawConn {
 
 /// One request on a fresh connection.
 pub async fn request(addr: SocketAddr, method: &str, path: &str, body: &str) -> RawResponse {
-    RawConn::connect(addr).await.send(method, path, &[], body).await
+    RawConn::connect(addr)
+        .await
+        .send(method, path, &[], body)
+        .await
 }
 
 pub async fn chat(addr: SocketAddr, body: &Value) -> RawResponse {
@@ -153,9 +161,17 @@ pub async fn chat(addr: SocketAddr, body: &Value) -> RawResponse {
 /// The SSE events of a body: each `data: ...` payload, in order.
 pub fn sse_payloads(body: &[u8]) -> Vec<String> {
     let text = std::str::from_utf8(body).unwrap();
-    assert!(text.is_empty() || text.ends_with("\n\n"), "body ends mid-event: {text:?}");
+    assert!(
+        text.is_empty() || text.ends_with("\n\n"),
+        "body ends mid-event: {text:?}"
+    );
     text.split_terminator("\n\n")
-        .map(|event| event.strip_prefix("data: ").expect("event is one data line").to_owned())
+        .map(|event| {
+            event
+                .strip_prefix("data: ")
+                .expect("event is one data line")
+                .to_owned()
+        })
         .collect()
 }
 

@@ -1,0 +1,194 @@
+//! Scripted behaviours: errors, delays, mid-stream deaths, in-stream errors, seeded flakiness.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{chat, hyper_client, post, read_body, sse_payloads, RawConn, CHAT};
+use serde_json::{json, Value};
+use sidetrack_mock::prng::SplitMix64;
+use sidetrack_mock::{MockConfig, MockServer};
+
+async fn server(config: Value) -> MockServer {
+    MockServer::start(serde_json::from_value::<MockConfig>(config).unwrap())
+        .await
+        .unwrap()
+}
+
+fn stream_req(model: &str) -> Value {
+    json!({"model": model, "stream": true, "messages": [{"role": "user", "content": "hi"}]})
+}
+
+#[tokio::test]
+async fn status_with_retry_after_uses_the_openai_error_shape() {
+    let mock = server(json!({"models": {
+        "limited": {"status": 429, "retryAfterSeconds": 2},
+        "broken": {"status": 500},
+    }}))
+    .await;
+    let res = chat(mock.addr(), &json!({"model": "limited", "messages": []})).await;
+    assert_eq!(res.status, 429);
+    assert_eq!(res.header("retry-after"), Some("2"));
+    assert_eq!(res.header("content-type"), Some("application/json"));
+    assert!(res.header("x-request-id").is_some());
+    let error = &res.json()["error"];
+    assert_eq!(error["type"], "requests");
+    assert_eq!(error["code"], "rate_limit_exceeded");
+    assert_eq!(error["param"], Value::Null);
+
+    // A stream request gets the same pre-stream error, not SSE.
+    let res = chat(mock.addr(), &stream_req("broken")).await;
+    assert_eq!(res.status, 500);
+    assert_eq!(res.header("retry-after"), None);
+    assert_eq!(
+        res.json()["error"],
+        json!({"message": "The server had an error while processing your request. Sorry about that!",
+               "type": "server_error", "param": null, "code": null})
+    );
+}
+
+#[tokio::test]
+async fn first_byte_delay_holds_the_headers() {
+    let mock = server(json!({"models": {"slow": {"firstByteDelayMilliseconds": 150}}})).await;
+    let res = chat(mock.addr(), &json!({"model": "slow", "messages": []})).await;
+    assert_eq!(res.status, 200);
+    assert!(
+        res.time_to_head >= Duration::from_millis(150),
+        "{:?}",
+        res.time_to_head
+    );
+    // Counted when it arrived, before the delay.
+    assert_eq!(mock.hits("slow"), 1);
+}
+
+#[tokio::test]
+async fn chunk_interval_spaces_the_content_chunks() {
+    let mock =
+        server(json!({"models": {"m": {"streamChunks": 3, "chunkIntervalMilliseconds": 40}}}))
+            .await;
+    let started = std::time::Instant::now();
+    let res = chat(mock.addr(), &stream_req("m")).await;
+    assert!(res.complete);
+    // Two gaps between three content chunks.
+    assert!(started.elapsed() >= Duration::from_millis(80));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn drop_after_chunks_kills_the_connection_after_exactly_n_chunks() {
+    let mock = server(json!({"models": {"cut": {"streamChunks": 20, "reply": "abcdefghijklmnopqrstuvwxyz", "dropAfterChunks": 3}}})).await;
+
+    // Through hyper's client: the body ends with an error.
+    let res = hyper_client()
+        .request(post(
+            format!("{}{CHAT}", mock.base_url()),
+            &stream_req("cut"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let (data, errored) = read_body(res.into_body()).await;
+    assert!(errored, "body must end with an error");
+    let payloads = sse_payloads(&data);
+    assert_eq!(
+        payloads.len(),
+        1 + 3,
+        "role chunk + 3 content chunks: {payloads:?}"
+    );
+    assert!(!payloads.iter().any(|p| p == "[DONE]"));
+    assert!(!payloads
+        .iter()
+        .any(|p| p.contains("finish_reason\":\"stop")));
+
+    // On the wire: no terminating chunk.
+    let mut conn = RawConn::connect(mock.addr()).await;
+    let raw = conn
+        .send("POST", CHAT, &[], &stream_req("cut").to_string())
+        .await;
+    assert!(!raw.complete);
+    assert_eq!(raw.frames.len(), 4);
+}
+
+#[tokio::test]
+async fn drop_after_chunks_on_a_non_streaming_request_sends_part_of_the_json() {
+    let mock = server(json!({"models": {"cut": {"dropAfterChunks": 1}}})).await;
+    let res = hyper_client()
+        .request(post(
+            format!("{}{CHAT}", mock.base_url()),
+            &json!({"model": "cut", "messages": []}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let (data, errored) = read_body(res.into_body()).await;
+    assert!(errored);
+    assert!(!data.is_empty());
+    assert!(serde_json::from_slice::<Value>(&data).is_err());
+}
+
+#[tokio::test]
+async fn stream_error_after_zero_chunks_sends_the_role_chunk_then_the_error() {
+    let mock = server(json!({"models": {"late": {"streamErrorAfterChunks": 0, "streamErrorType": "overloaded_error"}}})).await;
+    let res = chat(mock.addr(), &stream_req("late")).await;
+    assert_eq!(res.status, 200);
+    assert!(res.complete, "the stream ends cleanly, just without [DONE]");
+    let payloads = sse_payloads(&res.body());
+    assert_eq!(payloads.len(), 2, "{payloads:?}");
+    let role: Value = serde_json::from_str(&payloads[0]).unwrap();
+    assert_eq!(role["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(
+        String::from_utf8(res.frames[1].clone()).unwrap(),
+        "data: {\"error\":{\"message\":\"Overloaded\",\"type\":\"overloaded_error\",\"param\":null,\"code\":null}}\n\n"
+    );
+
+    // Non-streaming: the status of the error type.
+    let res = chat(mock.addr(), &json!({"model": "late", "messages": []})).await;
+    assert_eq!(res.status, 529);
+    assert_eq!(res.json()["error"]["type"], "overloaded_error");
+}
+
+#[tokio::test]
+async fn stream_error_after_chunks_defaults_to_server_error() {
+    let mock = server(json!({"models": {"late": {"streamErrorAfterChunks": 2}}})).await;
+    let payloads = sse_payloads(&chat(mock.addr(), &stream_req("late")).await.body());
+    assert_eq!(payloads.len(), 1 + 2 + 1);
+    let error: Value = serde_json::from_str(&payloads[3]).unwrap();
+    assert_eq!(error["error"]["type"], "server_error");
+    let res = chat(mock.addr(), &json!({"model": "late", "messages": []})).await;
+    assert_eq!(res.status, 500);
+}
+
+async fn statuses(mock: &MockServer, model: &str, n: usize) -> Vec<u16> {
+    let mut conn = RawConn::connect(mock.addr()).await;
+    let body = json!({"model": model, "messages": []}).to_string();
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(conn.send("POST", CHAT, &[], &body).await.status);
+    }
+    out
+}
+
+#[tokio::test]
+async fn failure_rate_with_seed_is_deterministic() {
+    let config = json!({"models": {"flaky": {"failureRate": 0.3, "status": 503, "seed": 7}}});
+    let mock = server(config.clone()).await;
+    let first = statuses(&mock, "flaky", 40).await;
+
+    let mut g = SplitMix64::new(7);
+    let expected: Vec<u16> = (0..40)
+        .map(|_| if g.next_f64() < 0.3 { 503 } else { 200 })
+        .collect();
+    assert_eq!(first, expected);
+    assert!(first.contains(&503) && first.contains(&200));
+
+    mock.reset();
+    assert_eq!(statuses(&mock, "flaky", 40).await, first, "after reset");
+    let other = server(config).await;
+    assert_eq!(statuses(&other, "flaky", 40).await, first, "another server");
+}
+
+#[tokio::test]
+async fn failure_rate_defaults_to_503() {
+    let mock = server(json!({"models": {"dead": {"failureRate": 1.0}}})).await;
+    assert_eq!(statuses(&mock, "dead", 3).await, vec![503, 503, 503]);
+}
