@@ -1,6 +1,5 @@
 //! `sidetrack demo`: the built-in mock provider, a gateway on the embedded example config, and a
 //! narrated sequence of requests showing what sidetrack does when a model fails.
-#![allow(clippy::print_stdout)]
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -15,6 +14,14 @@ use sidetrack_gateway::RoutingLog;
 use sidetrack_mock::{Behaviour, MockConfig, MockServer};
 
 use crate::{fail, DEMO_GRACE, RUNTIME};
+
+/// Prints a narration line; a closed stdout (e.g. piped into `head`) must not crash the demo.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
 
 const CONFIG: &str = include_str!("../../../examples/demo.yaml");
 
@@ -127,9 +134,9 @@ pub async fn run(listen: SocketAddr, no_serve: bool) -> ExitCode {
         seen: 0,
     };
 
-    println!("sidetrack demo — gateway on {}, mock provider on {}", gw.base_url(), mock.base_url());
-    println!("route for `gpt-4o`: rule `resilient-chat` → openai-primary/gpt-4o, fallback openai-backup/gpt-4o-mini");
-    println!("(first-byte timeout 300 ms on the primary; default triggers 5XX, CONNECTION_ERROR, FIRST_BYTE_TIMEOUT, UNROUTABLE)\n");
+    say!("sidetrack demo — gateway on {}, mock provider on {}", gw.base_url(), mock.base_url());
+    say!("route for `gpt-4o`: rule `resilient-chat` → openai-primary/gpt-4o, fallback openai-backup/gpt-4o-mini");
+    say!("(first-byte timeout 300 ms on the primary; default triggers 5XX, CONNECTION_ERROR, FIRST_BYTE_TIMEOUT, UNROUTABLE)\n");
 
     let steps: Vec<(&str, &str, bool, Vec<(&str, Behaviour)>)> = vec![
         ("1. A healthy primary answers.", "gpt-4o", false, vec![]),
@@ -165,10 +172,10 @@ pub async fn run(listen: SocketAddr, no_serve: bool) -> ExitCode {
         for (m, b) in behaviours {
             mock.set_behaviour(m, b);
         }
-        println!("{title}");
+        say!("{title}");
         match demo.send(model, stream).await {
             Ok((reply, rec)) => {
-                println!("{}", describe(&rec));
+                say!("{}", describe(&rec));
                 if reply.status < 400 {
                     let text = if stream {
                         streamed_text(&reply.text)
@@ -178,9 +185,9 @@ pub async fn run(listen: SocketAddr, no_serve: bool) -> ExitCode {
                             .and_then(|v| v["choices"][0]["message"]["content"].as_str().map(str::to_owned))
                             .unwrap_or_default()
                     };
-                    println!("    caller received: {text:?}{}\n", if stream { " (as a normal SSE stream)" } else { "" });
+                    say!("    caller received: {text:?}{}\n", if stream { " (as a normal SSE stream)" } else { "" });
                 } else {
-                    println!(
+                    say!(
                         "    caller received: HTTP {} with x-should-retry: {}\n",
                         reply.status,
                         reply.should_retry.as_deref().unwrap_or("(absent)")
@@ -196,14 +203,14 @@ pub async fn run(listen: SocketAddr, no_serve: bool) -> ExitCode {
         let _ = gw.shutdown(DEMO_GRACE).await;
         return ExitCode::SUCCESS;
     }
-    println!("The mock is healthy again. sidetrack keeps serving on {} until Ctrl-C. Try:", gw.base_url());
-    println!("  curl -s {}/v1/chat/completions -H 'content-type: application/json' \\", gw.base_url());
-    println!("       -d '{{\"model\":\"gpt-4o\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'");
-    println!("  or point the OpenAI SDK at it: OpenAI(base_url=\"{}/v1\", api_key=\"unused\")", gw.base_url());
+    say!("The mock is healthy again. sidetrack keeps serving on {} until Ctrl-C. Try:", gw.base_url());
+    say!("  curl -s {}/v1/chat/completions -H 'content-type: application/json' \\", gw.base_url());
+    say!("       -d '{{\"model\":\"gpt-4o\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'");
+    say!("  or point the OpenAI SDK at it: OpenAI(base_url=\"{}/v1\", api_key=\"unused\")", gw.base_url());
     let printer = tokio::spawn(print_new_records(demo.log.clone(), demo.seen));
     let _ = tokio::signal::ctrl_c().await;
     printer.abort();
-    println!("\nstopping");
+    say!("\nstopping");
     let _ = gw.shutdown(DEMO_GRACE).await;
     mock.shutdown().await;
     ExitCode::SUCCESS
@@ -213,11 +220,11 @@ async fn print_new_records(log: RoutingLog, mut seen: usize) {
     loop {
         let records = log.wait_for(seen + 1, Duration::from_secs(3600)).await;
         for rec in records.iter().skip(seen) {
-            println!(
+            say!(
                 "request {} model {:?}: status {}, reason `{}`",
                 rec.request_id, rec.requested_model, rec.status, rec.reason
             );
-            println!("{}", describe(rec));
+            say!("{}", describe(rec));
         }
         seen = records.len();
     }
