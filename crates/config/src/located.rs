@@ -50,7 +50,10 @@ impl Positions {
 
     /// The position of the key that introduces `path` (for "unknown key" errors), else the value.
     pub fn key(&self, path: &str) -> Pos {
-        self.keys.get(path).copied().unwrap_or_else(|| self.value(path))
+        self.keys
+            .get(path)
+            .copied()
+            .unwrap_or_else(|| self.value(path))
     }
 }
 
@@ -98,7 +101,10 @@ fn error_at(file: &str, pos: Pos, path: &str, message: impl Into<String>) -> Con
 pub(crate) fn parse(src: &str, file: &str) -> Result<Located, ConfigErrors> {
     let docs = MarkedYaml::load_from_str(src).map_err(|e| {
         let m = e.marker();
-        let pos = Pos { line: m.line().max(1), column: m.col() + 1 };
+        let pos = Pos {
+            line: m.line().max(1),
+            column: m.col() + 1,
+        };
         error_at(file, pos, "", format!("YAML syntax error: {}", e.info()))
     })?;
     if let Some(second) = docs.get(1) {
@@ -115,7 +121,11 @@ pub(crate) fn parse(src: &str, file: &str) -> Result<Located, ConfigErrors> {
     let value = match docs.first() {
         None => Value::Object(Map::new()),
         Some(doc) => {
-            let mut conv = Converter { file, positions: &mut positions, errors: &mut errors };
+            let mut conv = Converter {
+                file,
+                positions: &mut positions,
+                errors: &mut errors,
+            };
             match conv.convert(doc, "") {
                 Value::Null => Value::Object(Map::new()),
                 v => v,
@@ -130,7 +140,10 @@ pub(crate) fn parse(src: &str, file: &str) -> Result<Located, ConfigErrors> {
 }
 
 fn pos_of(node: &MarkedYaml<'_>) -> Pos {
-    Pos { line: node.span.start.line().max(1), column: node.span.start.col() + 1 }
+    Pos {
+        line: node.span.start.line().max(1),
+        column: node.span.start.col() + 1,
+    }
 }
 
 struct Converter<'a> {
@@ -175,7 +188,12 @@ impl Converter<'_> {
             // `!!str 123` and friends: the core-schema tags were applied by the parser already.
             YamlData::Tagged(_, inner) => self.convert(inner, path),
             YamlData::Alias(_) | YamlData::BadValue => {
-                self.errors.push(error_at(self.file, pos_of(node), path, "unsupported YAML value"));
+                self.errors.push(error_at(
+                    self.file,
+                    pos_of(node),
+                    path,
+                    "unsupported YAML value",
+                ));
                 Value::Null
             }
         }
@@ -224,7 +242,12 @@ pub(crate) fn deserialize<T: DeserializeOwned>(
     serde_path_to_error::deserialize::<_, T>(located.value.clone()).map_err(|e| {
         let path = render_path(e.path());
         let raw = e.inner().to_string();
-        ConfigErrors(vec![structural_error(&located.positions, file, &path, &raw)])
+        ConfigErrors(vec![structural_error(
+            &located.positions,
+            file,
+            &path,
+            &raw,
+        )])
     })
 }
 
@@ -263,7 +286,12 @@ fn structural_error(positions: &Positions, file: &str, path: &str, raw: &str) ->
     if let Some(rest) = raw.strip_prefix("missing field `") {
         if let Some((name, _)) = rest.split_once('`') {
             let full = join_key(path, name);
-            return error_at(file, positions.value(path), &full, "required key is missing");
+            return error_at(
+                file,
+                positions.value(path),
+                &full,
+                "required key is missing",
+            );
         }
     }
     error_at(file, positions.value(path), path, raw)
@@ -284,21 +312,45 @@ mod tests {
     fn records_key_and_value_positions() {
         let src = "server:\n  listen: 1.2.3.4:80\nrules:\n  - name: a\n    priority: 1\n";
         let l = parse(src, "f").unwrap();
-        assert_eq!(l.positions.value("server.listen"), Pos { line: 2, column: 11 });
+        assert_eq!(
+            l.positions.value("server.listen"),
+            Pos {
+                line: 2,
+                column: 11
+            }
+        );
         assert_eq!(l.positions.key("server.listen"), Pos { line: 2, column: 3 });
-        assert_eq!(l.positions.value("rules[0].priority"), Pos { line: 5, column: 15 });
+        assert_eq!(
+            l.positions.value("rules[0].priority"),
+            Pos {
+                line: 5,
+                column: 15
+            }
+        );
         assert_eq!(l.positions.key("rules[0].name"), Pos { line: 4, column: 5 });
         // A missing field falls back to its nearest ancestor.
-        assert_eq!(l.positions.value("server.admin"), Pos { line: 2, column: 3 });
+        assert_eq!(
+            l.positions.value("server.admin"),
+            Pos { line: 2, column: 3 }
+        );
     }
 
     #[test]
     fn json_parses_with_positions() {
         let src = "{\n  \"a\": {\"b\": [1, \"x\"]},\n  \"c\":true\n}";
         let l = parse(src, "f.json").unwrap();
-        assert_eq!(l.value, serde_json::json!({"a": {"b": [1, "x"]}, "c": true}));
+        assert_eq!(
+            l.value,
+            serde_json::json!({"a": {"b": [1, "x"]}, "c": true})
+        );
         assert_eq!(l.positions.key("a"), Pos { line: 2, column: 3 });
-        assert_eq!(l.positions.value("a.b[1]"), Pos { line: 2, column: 18 });
+        assert_eq!(
+            l.positions.value("a.b[1]"),
+            Pos {
+                line: 2,
+                column: 18
+            }
+        );
     }
 
     #[test]
@@ -306,19 +358,29 @@ mod tests {
         let err = parse("a: [1, 2\nb: 3\n", "bad.yaml").unwrap_err();
         assert_eq!(err.len(), 1);
         assert!(err.0[0].line >= 1);
-        assert!(err.0[0].message.starts_with("YAML syntax error"), "{}", err.0[0].message);
+        assert!(
+            err.0[0].message.starts_with("YAML syntax error"),
+            "{}",
+            err.0[0].message
+        );
     }
 
     #[test]
     fn duplicate_keys_are_syntax_errors() {
         let err = parse("a: 1\na: 2\n", "dup.yaml").unwrap_err();
-        assert_eq!(err.to_string(), "dup.yaml:2:1: YAML syntax error: duplicated key in mapping");
+        assert_eq!(
+            err.to_string(),
+            "dup.yaml:2:1: YAML syntax error: duplicated key in mapping"
+        );
     }
 
     #[test]
     fn empty_document_is_an_empty_mapping() {
         assert_eq!(parse("", "e").unwrap().value, serde_json::json!({}));
-        assert_eq!(parse("# only a comment\n", "e").unwrap().value, serde_json::json!({}));
+        assert_eq!(
+            parse("# only a comment\n", "e").unwrap().value,
+            serde_json::json!({})
+        );
     }
 
     #[test]
@@ -358,12 +420,16 @@ mod tests {
     #[test]
     fn missing_field_points_at_the_parent() {
         let err = from_str::<Demo>("inner:\n  count: 1\n", "d.yaml").unwrap_err();
-        assert_eq!(err.to_string(), "d.yaml:2:3: inner.items: required key is missing");
+        assert_eq!(
+            err.to_string(),
+            "d.yaml:2:3: inner.items: required key is missing"
+        );
     }
 
     #[test]
     fn wrong_type_points_at_the_value() {
-        let err = from_str::<Demo>("inner:\n  count: 1\n  items: [a, [b]]\n", "d.yaml").unwrap_err();
+        let err =
+            from_str::<Demo>("inner:\n  count: 1\n  items: [a, [b]]\n", "d.yaml").unwrap_err();
         assert_eq!(
             err.to_string(),
             "d.yaml:3:14: inner.items[1]: invalid type: sequence, expected a string"

@@ -58,16 +58,16 @@ pub enum CallerRetryHint {
 
 #[derive(Debug, Clone)]
 pub struct Server {
-    pub listen: SocketAddr,                // default 127.0.0.1:8080
-    pub admin: SocketAddr,                 // default 127.0.0.1:9090
+    pub listen: SocketAddr, // default 127.0.0.1:8080
+    pub admin: SocketAddr,  // default 127.0.0.1:9090
     pub tls: Option<Tls>,
-    pub max_request_bytes: usize,          // default 32 MiB
-    pub request_timeout: Duration,         // default 15 min
-    pub shutdown_grace: Duration,          // default 30 s
-    pub response_headers: bool,            // default true
+    pub max_request_bytes: usize,           // default 32 MiB
+    pub request_timeout: Duration,          // default 15 min
+    pub shutdown_grace: Duration,           // default 30 s
+    pub response_headers: bool,             // default true
     pub caller_retry_hint: CallerRetryHint, // default Auto
-    pub stream_commit: StreamCommit,       // default FirstToken
-    pub watch_config: bool,                // default false
+    pub stream_commit: StreamCommit,        // default FirstToken
+    pub watch_config: bool,                 // default false
     pub admin_token: Option<Secret>,
 }
 
@@ -162,14 +162,14 @@ pub struct Capabilities {
 /// (in `defaults.circuitBreaker` or on the target), so `explain` can mark the rest as defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BreakerPolicy {
-    pub consecutive_failures: u32,   // default 5, >= 1
-    pub open: Duration,              // default 30 s
-    pub max_open: Duration,          // default 5 min, >= open
-    pub backoff_multiplier: f64,     // default 2.0, >= 1.0
-    pub half_open_probes: u32,       // default 3, >= 1
-    pub honor_retry_after: bool,     // default true
-    pub health_threshold: Option<f64>, // 0..=100
-    pub restore_health: f64,         // default 100, 0..=100
+    pub consecutive_failures: u32,           // default 5, >= 1
+    pub open: Duration,                      // default 30 s
+    pub max_open: Duration,                  // default 5 min, >= open
+    pub backoff_multiplier: f64,             // default 2.0, >= 1.0
+    pub half_open_probes: u32,               // default 3, >= 1
+    pub honor_retry_after: bool,             // default true
+    pub health_threshold: Option<f64>,       // 0..=100
+    pub restore_health: f64,                 // default 100, 0..=100
     pub unhealthy_condition: Option<String>, // CEL source, compiled by the engine
     pub overridden: Vec<&'static str>,
 }
@@ -207,7 +207,7 @@ pub enum RoutingSink {
 
 #[derive(Debug, Clone)]
 pub struct Logging {
-    pub level: String, // default "info"
+    pub level: String,        // default "info"
     pub routing: RoutingSink, // default Stdout
     pub otlp_endpoint: Option<String>,
 }
@@ -226,11 +226,12 @@ pub struct Matcher {
 
 #[derive(Debug, Clone)]
 pub struct Rule {
+    /// As written, or `rule-<priority>` when the rule has no `name` (the name is optional).
     pub name: String,
     pub priority: u32,
     /// Index in the file's `rules` list (for messages: `rules[2]`).
     pub index: usize,
-    pub match_models: Option<Matcher>,     // default operator StringLike
+    pub match_models: Option<Matcher>, // default operator StringLike
     pub match_principals: Option<Matcher>, // default operator StringEquals
     pub route: Route,
 }

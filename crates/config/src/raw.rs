@@ -171,7 +171,11 @@ impl<'de> Deserialize<'de> for RawMatcher {
             }
 
             fn visit_str<E: de::Error>(self, s: &str) -> Result<RawMatcher, E> {
-                Ok(RawMatcher { operator: None, values: vec![s.to_string()], written_as_map: false })
+                Ok(RawMatcher {
+                    operator: None,
+                    values: vec![s.to_string()],
+                    written_as_map: false,
+                })
             }
 
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawMatcher, A::Error> {
@@ -179,12 +183,20 @@ impl<'de> Deserialize<'de> for RawMatcher {
                 while let Some(v) = seq.next_element::<String>()? {
                     values.push(v);
                 }
-                Ok(RawMatcher { operator: None, values, written_as_map: false })
+                Ok(RawMatcher {
+                    operator: None,
+                    values,
+                    written_as_map: false,
+                })
             }
 
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawMatcher, A::Error> {
                 let full = RawMatcherFull::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(RawMatcher { operator: full.operator, values: full.values, written_as_map: true })
+                Ok(RawMatcher {
+                    operator: full.operator,
+                    values: full.values,
+                    written_as_map: true,
+                })
             }
         }
         d.deserialize_any(V)

@@ -91,10 +91,14 @@ fn auth(a: &Auth) -> Value {
 
 /// `redis://user:pass@host/0` → `redis://user:***@host/0`; URLs without a password are unchanged.
 fn redact_url_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return REDACTED.to_string() };
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return REDACTED.to_string();
+    };
     let authority_end = rest.find('/').unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(authority_end);
-    let Some((userinfo, host)) = authority.rsplit_once('@') else { return url.to_string() };
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return url.to_string();
+    };
     let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
     format!("{scheme}://{user}:{REDACTED}@{host}{tail}")
 }

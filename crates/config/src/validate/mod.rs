@@ -28,7 +28,12 @@ pub(crate) struct Ctx<'a> {
 
 impl<'a> Ctx<'a> {
     pub fn new(file: &'a str, positions: &'a Positions, env: EnvLookup<'a>) -> Self {
-        Ctx { file, positions, env, errors: Vec::new() }
+        Ctx {
+            file,
+            positions,
+            env,
+            errors: Vec::new(),
+        }
     }
 
     /// Records a problem at the value written at `path` (or its nearest written ancestor).
@@ -52,9 +57,25 @@ impl<'a> Ctx<'a> {
         u64::try_from(v).ok()
     }
 
-    /// An integer that must be at least `lo` (and fit the model's u32 fields).
+    /// An integer with only a lower bound.
+    fn at_least(&mut self, v: i64, lo: i64, path: &str) -> Option<u64> {
+        if v < lo {
+            self.err(path, format!("must be at least {lo} (got {v})"));
+            return None;
+        }
+        u64::try_from(v).ok()
+    }
+
+    /// An integer that must be at least `lo` and fit the model's u32 fields.
     fn count(&mut self, v: i64, lo: i64, path: &str) -> Option<u32> {
-        self.int_in(v, lo, i64::from(u32::MAX), path).and_then(|n| u32::try_from(n).ok())
+        let n = self.at_least(v, lo, path)?;
+        match u32::try_from(n) {
+            Ok(n) => Some(n),
+            Err(_) => {
+                self.err(path, format!("must be at most {} (got {v})", u32::MAX));
+                None
+            }
+        }
     }
 
     /// A strictly positive integer, e.g. a timeout or a byte limit.
@@ -86,17 +107,25 @@ impl<'a> Ctx<'a> {
     /// (handy in tests; examples always use `env:`). Never echoes the value.
     fn secret(&mut self, written: &str, path: &str) -> Option<Secret> {
         let Some(name) = written.strip_prefix("env:") else {
-            return self.not_blank(written, path).then(|| Secret(written.to_string()));
+            return self
+                .not_blank(written, path)
+                .then(|| Secret(written.to_string()));
         };
         let name = name.trim();
         if name.is_empty() {
-            self.err(path, "`env:` needs a variable name, e.g. env:OPENAI_API_KEY");
+            self.err(
+                path,
+                "`env:` needs a variable name, e.g. env:OPENAI_API_KEY",
+            );
             return None;
         }
         match (self.env)(name) {
             Some(v) if !v.is_empty() => Some(Secret(v)),
             Some(_) => {
-                self.err(path, format!("environment variable `{name}` is set but empty"));
+                self.err(
+                    path,
+                    format!("environment variable `{name}` is set but empty"),
+                );
                 None
             }
             None => {
@@ -112,7 +141,13 @@ impl<'a> Ctx<'a> {
             return Some(*v);
         }
         let names: Vec<String> = choices.iter().map(|(n, _)| format!("`{n}`")).collect();
-        self.err(path, format!("unknown value `{written}`; expected one of {}", names.join(", ")));
+        self.err(
+            path,
+            format!(
+                "unknown value `{written}`; expected one of {}",
+                names.join(", ")
+            ),
+        );
         None
     }
 
@@ -135,7 +170,11 @@ impl<'a> Ctx<'a> {
     }
 }
 
-pub(crate) fn validate(raw: RawConfig, mut ctx: Ctx<'_>, source: &str) -> Result<Config, ConfigErrors> {
+pub(crate) fn validate(
+    raw: RawConfig,
+    mut ctx: Ctx<'_>,
+    source: &str,
+) -> Result<Config, ConfigErrors> {
     let server = server(&mut ctx, raw.server.unwrap_or_default());
     let auth = raw.auth.map(|a| auth(&mut ctx, a));
     let state = raw.state.map(|s| state(&mut ctx, s));
@@ -170,14 +209,24 @@ const DEFAULT_MAX_REQUEST_BYTES: u64 = 32 * 1024 * 1024;
 const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 15 * 60 * 1000;
 const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 30_000;
 
-fn socket_addr(ctx: &mut Ctx<'_>, written: Option<&str>, default: &str, path: &str) -> SocketAddr {
-    let fallback = || default.parse().unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
-    let Some(text) = written else { return fallback() };
+/// `None` (after recording an error) when written but unparsable; the default when omitted.
+fn socket_addr(
+    ctx: &mut Ctx<'_>,
+    written: Option<&str>,
+    default: &str,
+    path: &str,
+) -> Option<SocketAddr> {
+    let Some(text) = written else {
+        return default.parse().ok();
+    };
     match text.trim().parse() {
-        Ok(addr) => addr,
+        Ok(addr) => Some(addr),
         Err(_) => {
-            ctx.err(path, format!("`{text}` is not a socket address (write IP:PORT, e.g. {default})"));
-            fallback()
+            ctx.err(
+                path,
+                format!("`{text}` is not a socket address (write IP:PORT, e.g. {default})"),
+            );
+            None
         }
     }
 }
@@ -190,16 +239,24 @@ fn listeners_collide(a: SocketAddr, b: SocketAddr) -> bool {
 fn server(ctx: &mut Ctx<'_>, raw: RawServer) -> Server {
     let listen = socket_addr(ctx, raw.listen.as_deref(), DEFAULT_LISTEN, "server.listen");
     let admin = socket_addr(ctx, raw.admin.as_deref(), DEFAULT_ADMIN, "server.admin");
-    if listeners_collide(listen, admin) && listen.port() != 0 {
-        ctx.err(
-            "server.admin",
-            format!("the admin listener {admin} must differ from server.listen {listen}"),
-        );
+    if let (Some(listen), Some(admin)) = (listen, admin) {
+        if listen.port() != 0 && listeners_collide(listen, admin) {
+            ctx.err(
+                "server.admin",
+                format!("the admin listener {admin} must differ from server.listen {listen}"),
+            );
+        }
     }
+    // Placeholders for unparsable addresses; the config is rejected anyway.
+    let placeholder = SocketAddr::from(([127, 0, 0, 1], 0));
+    let (listen, admin) = (listen.unwrap_or(placeholder), admin.unwrap_or(placeholder));
     let tls = raw.tls.map(|t| {
         ctx.not_blank(&t.cert_file, "server.tls.certFile");
         ctx.not_blank(&t.key_file, "server.tls.keyFile");
-        Tls { cert_file: PathBuf::from(t.cert_file), key_file: PathBuf::from(t.key_file) }
+        Tls {
+            cert_file: PathBuf::from(t.cert_file),
+            key_file: PathBuf::from(t.key_file),
+        }
     });
     let max_request_bytes = raw
         .max_request_bytes
@@ -216,19 +273,26 @@ fn server(ctx: &mut Ctx<'_>, raw: RawServer) -> Server {
     let caller_retry_hint = raw
         .caller_retry_hint
         .and_then(|v| {
-            let choices = [("auto", CallerRetryHint::Auto), ("off", CallerRetryHint::Off)];
+            let choices = [
+                ("auto", CallerRetryHint::Auto),
+                ("off", CallerRetryHint::Off),
+            ];
             ctx.one_of(&v, &choices, "server.callerRetryHint")
         })
         .unwrap_or(CallerRetryHint::Auto);
     let stream_commit = raw
         .stream_commit
         .and_then(|v| {
-            let choices =
-                [("firstToken", StreamCommit::FirstToken), ("firstByte", StreamCommit::FirstByte)];
+            let choices = [
+                ("firstToken", StreamCommit::FirstToken),
+                ("firstByte", StreamCommit::FirstByte),
+            ];
             ctx.one_of(&v, &choices, "server.streamCommit")
         })
         .unwrap_or(StreamCommit::FirstToken);
-    let admin_token = raw.admin_token.and_then(|t| ctx.secret(&t, "server.adminToken"));
+    let admin_token = raw
+        .admin_token
+        .and_then(|t| ctx.secret(&t, "server.adminToken"));
     Server {
         listen,
         admin,
@@ -246,7 +310,10 @@ fn server(ctx: &mut Ctx<'_>, raw: RawServer) -> Server {
 
 fn auth(ctx: &mut Ctx<'_>, raw: RawAuth) -> Auth {
     if raw.keys.is_empty() {
-        ctx.err("auth.keys", "lists no keys; omit `auth` to run without authentication");
+        ctx.err(
+            "auth.keys",
+            "lists no keys; omit `auth` to run without authentication",
+        );
     }
     let mut keys = Vec::new();
     for (i, k) in raw.keys.into_iter().enumerate() {
@@ -255,7 +322,10 @@ fn auth(ctx: &mut Ctx<'_>, raw: RawAuth) -> Auth {
         let key_path = join_key(&path, "key");
         let key = match k.key.strip_prefix("sha256:") {
             Some(hex) => sha256_hex(hex.trim()).map(KeyMatch::Sha256).or_else(|| {
-                ctx.err(&key_path, "`sha256:` must be followed by 64 hex digits (the key's SHA-256)");
+                ctx.err(
+                    &key_path,
+                    "`sha256:` must be followed by 64 hex digits (the key's SHA-256)",
+                );
                 None
             }),
             None => ctx.secret(&k.key, &key_path).map(KeyMatch::Plain),
@@ -263,7 +333,10 @@ fn auth(ctx: &mut Ctx<'_>, raw: RawAuth) -> Auth {
         if let Some(models) = &k.models {
             let models_path = join_key(&path, "models");
             if models.is_empty() {
-                ctx.err(&models_path, "an empty allow-list permits no model; omit `models` to allow every model");
+                ctx.err(
+                    &models_path,
+                    "an empty allow-list permits no model; omit `models` to allow every model",
+                );
             }
             ctx.no_blank_entries(models, &models_path);
         }
@@ -276,7 +349,12 @@ fn auth(ctx: &mut Ctx<'_>, raw: RawAuth) -> Auth {
                 .and_then(|v| ctx.positive(v, &format!("{path}.limits.tokensPerMinute"))),
         });
         if let Some(key) = key {
-            keys.push(ApiKey { principal: k.principal, key, models: k.models, limits });
+            keys.push(ApiKey {
+                principal: k.principal,
+                key,
+                models: k.models,
+                limits,
+            });
         }
     }
     Auth { keys }
@@ -299,10 +377,19 @@ fn state(ctx: &mut Ctx<'_>, raw: RawState) -> State {
         // The URL may carry a password, so it may be written as `env:NAME` like any secret.
         let url = ctx.secret(&r.url, "state.redis.url")?;
         let url = url.0;
-        if !["redis://", "rediss://", "unix://"].iter().any(|s| url.starts_with(s)) {
-            ctx.err("state.redis.url", "must start with redis://, rediss:// or unix://");
+        if !["redis://", "rediss://", "unix://"]
+            .iter()
+            .any(|s| url.starts_with(s))
+        {
+            ctx.err(
+                "state.redis.url",
+                "must start with redis://, rediss:// or unix://",
+            );
         }
-        Some(Redis { url, key_prefix: r.key_prefix.unwrap_or_else(|| "sidetrack:".to_string()) })
+        Some(Redis {
+            url,
+            key_prefix: r.key_prefix.unwrap_or_else(|| "sidetrack:".to_string()),
+        })
     });
     State { redis }
 }
@@ -310,9 +397,16 @@ fn state(ctx: &mut Ctx<'_>, raw: RawState) -> State {
 fn logging(ctx: &mut Ctx<'_>, raw: RawLogging) -> Logging {
     let level = match raw.level {
         Some(l) => {
-            let choices =
-                [("trace", "trace"), ("debug", "debug"), ("info", "info"), ("warn", "warn"), ("error", "error")];
-            ctx.one_of(&l, &choices, "logging.level").unwrap_or("info").to_string()
+            let choices = [
+                ("trace", "trace"),
+                ("debug", "debug"),
+                ("info", "info"),
+                ("warn", "warn"),
+                ("error", "error"),
+            ];
+            ctx.one_of(&l, &choices, "logging.level")
+                .unwrap_or("info")
+                .to_string()
         }
         None => "info".to_string(),
     };
@@ -321,15 +415,25 @@ fn logging(ctx: &mut Ctx<'_>, raw: RawLogging) -> Logging {
         Some("stderr") => RoutingSink::Stderr,
         Some("off") => RoutingSink::Off,
         Some("") => {
-            ctx.err("logging.routing", "must be stdout, stderr, off or a file path");
+            ctx.err(
+                "logging.routing",
+                "must be stdout, stderr, off or a file path",
+            );
             RoutingSink::Stdout
         }
         Some(path) => RoutingSink::File(PathBuf::from(path)),
     };
     if let Some(endpoint) = &raw.otlp_endpoint {
         if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
-            ctx.err("logging.otlpEndpoint", format!("`{endpoint}` is not an http:// or https:// URL"));
+            ctx.err(
+                "logging.otlpEndpoint",
+                format!("`{endpoint}` is not an http:// or https:// URL"),
+            );
         }
     }
-    Logging { level, routing, otlp_endpoint: raw.otlp_endpoint }
+    Logging {
+        level,
+        routing,
+        otlp_endpoint: raw.otlp_endpoint,
+    }
 }

@@ -18,7 +18,7 @@ pub(super) fn rules(ctx: &mut Ctx<'_>, raw: &[RawRule], targets: &[Target]) -> V
     let target_names: Vec<&str> = targets.iter().map(|t| t.name.as_str()).collect();
     let mut out: Vec<Rule> = Vec::new();
     let mut seen_priorities: Vec<(i64, usize)> = Vec::new();
-    let mut seen_names: Vec<(String, usize)> = Vec::new();
+    let mut seen_names: Vec<(String, usize, bool)> = Vec::new();
     for (i, r) in raw.iter().enumerate() {
         let path = join_index("rules", i);
         let priority_path = join_key(&path, "priority");
@@ -38,12 +38,15 @@ pub(super) fn rules(ctx: &mut Ctx<'_>, raw: &[RawRule], targets: &[Target]) -> V
             }
             None => format!("rule-{}", r.priority),
         };
-        match seen_names.iter().find(|(n, _)| *n == name) {
-            Some((n, j)) => ctx.err(
+        // Two defaulted names collide only when their priorities do, which is reported above.
+        let written = r.name.is_some();
+        match seen_names.iter().find(|(n, _, _)| *n == name) {
+            Some((n, j, other_written)) if written || *other_written => ctx.err(
                 &join_key(&path, "name"),
                 format!("rule name `{n}` is already used by rules[{j}]"),
             ),
-            None => seen_names.push((name.clone(), i)),
+            Some(_) => {}
+            None => seen_names.push((name.clone(), i, written)),
         }
 
         let match_models = matcher(
@@ -58,7 +61,12 @@ pub(super) fn rules(ctx: &mut Ctx<'_>, raw: &[RawRule], targets: &[Target]) -> V
             &join_key(&path, "matchPrincipals"),
             MatchOperator::StringEquals,
         );
-        let route = route(ctx, &r.route_to_target, &join_key(&path, "routeToTarget"), &target_names);
+        let route = route(
+            ctx,
+            &r.route_to_target,
+            &join_key(&path, "routeToTarget"),
+            &target_names,
+        );
         if let (Some(priority), Some(route)) = (priority, route) {
             out.push(Rule {
                 name,
@@ -87,17 +95,25 @@ fn matcher(
                 ("StringLike", MatchOperator::StringLike),
                 ("StringEquals", MatchOperator::StringEquals),
             ];
-            ctx.one_of(op, &choices, &join_key(path, "operator")).unwrap_or(default_operator)
+            ctx.one_of(op, &choices, &join_key(path, "operator"))
+                .unwrap_or(default_operator)
         }
         None => default_operator,
     };
     // Like AgentCore: at least one non-blank value. A blank one among others never matches
     // anything (a request always names a model), so it is harmless and accepted.
     if m.values.iter().all(|v| v.trim().is_empty()) {
-        let values_path = if m.written_as_map { join_key(path, "values") } else { path.to_string() };
+        let values_path = if m.written_as_map {
+            join_key(path, "values")
+        } else {
+            path.to_string()
+        };
         ctx.err(&values_path, "needs at least one non-blank value");
     }
-    Some(Matcher { operator, values: m.values.clone() })
+    Some(Matcher {
+        operator,
+        values: m.values.clone(),
+    })
 }
 
 fn route(ctx: &mut Ctx<'_>, r: &RawRouteToTarget, path: &str, targets: &[&str]) -> Option<Route> {
@@ -111,13 +127,19 @@ fn route(ctx: &mut Ctx<'_>, r: &RawRouteToTarget, path: &str, targets: &[&str]) 
     .collect();
     match written.len() {
         0 => {
-            ctx.err(path, "needs one of `staticRoute`, `priorityGroups` or `weightedRoute`");
+            ctx.err(
+                path,
+                "needs one of `staticRoute`, `priorityGroups` or `weightedRoute`",
+            );
             return None;
         }
         1 => {}
         _ => {
             let list: Vec<String> = written.iter().map(|w| format!("`{w}`")).collect();
-            ctx.err(path, format!("has {}; write exactly one route", list.join(" and ")));
+            ctx.err(
+                path,
+                format!("has {}; write exactly one route", list.join(" and ")),
+            );
             return None;
         }
     }
@@ -135,8 +157,14 @@ fn route(ctx: &mut Ctx<'_>, r: &RawRouteToTarget, path: &str, targets: &[&str]) 
         let primary = destination(ctx, &d.target, d.model.as_deref(), &primary_path, targets);
         let mut seen = Seen::default();
         seen.add(ctx, &primary, &primary_path);
-        let route =
-            static_route(ctx, primary, r.fallback.as_ref(), &fallback_path, &mut seen, targets);
+        let route = static_route(
+            ctx,
+            primary,
+            r.fallback.as_ref(),
+            &fallback_path,
+            &mut seen,
+            targets,
+        );
         return Some(Route::Static(route));
     }
     if let Some(groups) = &r.priority_groups {
@@ -192,8 +220,15 @@ fn destination(
     let target_path = join_key(path, "target");
     if ctx.not_blank(target, &target_path) && !targets.contains(&target) {
         let known: Vec<String> = targets.iter().map(|t| format!("`{t}`")).collect();
-        let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
-        ctx.err(&target_path, format!("unknown target `{target}` (defined targets: {known})"));
+        let known = if known.is_empty() {
+            "none".to_string()
+        } else {
+            known.join(", ")
+        };
+        ctx.err(
+            &target_path,
+            format!("unknown target `{target}` (defined targets: {known})"),
+        );
     }
     if let Some(m) = model {
         if m.trim().is_empty() {
@@ -203,7 +238,10 @@ fn destination(
             );
         }
     }
-    DestinationRef { target: target.to_string(), model: model.map(str::to_string) }
+    DestinationRef {
+        target: target.to_string(),
+        model: model.map(str::to_string),
+    }
 }
 
 /// A static route (or one weighted leg): primary, its policy from `fallback`, then the hops.
@@ -218,20 +256,34 @@ fn static_route(
     let Some(fb) = fallback else {
         return StaticRoute {
             primary,
-            primary_policy: HopPolicy { triggers: Triggers::default_set(), first_byte_timeout: None },
+            primary_policy: HopPolicy {
+                triggers: Triggers::default_set(),
+                first_byte_timeout: None,
+            },
             breaker_mode: BreakerMode::Enabled,
             fallbacks: Vec::new(),
         };
     };
-    let primary_policy =
-        hop_policy(ctx, fb.trigger_on.as_ref(), fb.first_byte_timeout_milliseconds, fallback_path);
+    let primary_policy = hop_policy(
+        ctx,
+        fb.trigger_on.as_ref(),
+        fb.first_byte_timeout_milliseconds,
+        fallback_path,
+    );
     let breaker_mode = fb
         .circuit_breaker
         .as_ref()
         .and_then(|c| c.mode.as_deref())
         .and_then(|mode| {
-            let choices = [("ENABLED", BreakerMode::Enabled), ("DISABLED", BreakerMode::Disabled)];
-            ctx.one_of(mode, &choices, &format!("{fallback_path}.circuitBreaker.mode"))
+            let choices = [
+                ("ENABLED", BreakerMode::Enabled),
+                ("DISABLED", BreakerMode::Disabled),
+            ];
+            ctx.one_of(
+                mode,
+                &choices,
+                &format!("{fallback_path}.circuitBreaker.mode"),
+            )
         })
         .unwrap_or(BreakerMode::Enabled);
 
@@ -245,11 +297,23 @@ fn static_route(
         let hop_path = join_index(&hops_path, j);
         let destination = destination(ctx, &h.target, h.model.as_deref(), &hop_path, targets);
         seen.add(ctx, &destination, &hop_path);
-        let policy =
-            hop_policy(ctx, h.trigger_on.as_ref(), h.first_byte_timeout_milliseconds, &hop_path);
-        fallbacks.push(FallbackHop { destination, policy });
+        let policy = hop_policy(
+            ctx,
+            h.trigger_on.as_ref(),
+            h.first_byte_timeout_milliseconds,
+            &hop_path,
+        );
+        fallbacks.push(FallbackHop {
+            destination,
+            policy,
+        });
     }
-    StaticRoute { primary, primary_policy, breaker_mode, fallbacks }
+    StaticRoute {
+        primary,
+        primary_policy,
+        breaker_mode,
+        fallbacks,
+    }
 }
 
 fn priority_groups(
@@ -282,15 +346,26 @@ fn priority_groups(
             group.first_byte_timeout_milliseconds,
             &group_path,
         );
-        out.push(PriorityGroup { destinations, policy });
+        out.push(PriorityGroup {
+            destinations,
+            policy,
+        });
     }
     out
 }
 
-fn weighted(ctx: &mut Ctx<'_>, w: &RawWeightedRoute, path: &str, targets: &[&str]) -> WeightedRoute {
+fn weighted(
+    ctx: &mut Ctx<'_>,
+    w: &RawWeightedRoute,
+    path: &str,
+    targets: &[&str],
+) -> WeightedRoute {
     let legs_path = join_key(path, "legs");
     if w.legs.len() < 2 {
-        ctx.err(&legs_path, format!("needs at least two legs (got {})", w.legs.len()));
+        ctx.err(
+            &legs_path,
+            format!("needs at least two legs (got {})", w.legs.len()),
+        );
     }
     // Legs must go to different primaries; each leg's own chain must be distinct within itself
     // (a leg may fall back to another leg's primary: that is a different chain).
@@ -298,7 +373,9 @@ fn weighted(ctx: &mut Ctx<'_>, w: &RawWeightedRoute, path: &str, targets: &[&str
     let mut legs = Vec::new();
     for (l, leg) in w.legs.iter().enumerate() {
         let leg_path = join_index(&legs_path, l);
-        let weight = ctx.count(leg.weight, 1, &join_key(&leg_path, "weight")).unwrap_or(1);
+        let weight = ctx
+            .count(leg.weight, 1, &join_key(&leg_path, "weight"))
+            .unwrap_or(1);
         let primary = destination(ctx, &leg.target, leg.model.as_deref(), &leg_path, targets);
         primaries.add(ctx, &primary, &leg_path);
         let mut seen = Seen::default();
@@ -322,12 +399,17 @@ fn weighted(ctx: &mut Ctx<'_>, w: &RawWeightedRoute, path: &str, targets: &[&str
         }
         s.header.clone()
     });
-    WeightedRoute { legs, stickiness_header }
+    WeightedRoute {
+        legs,
+        stickiness_header,
+    }
 }
 
 /// RFC 9110 token characters.
 fn is_header_name(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 /// One hop's `triggerOn` + `firstByteTimeoutMilliseconds`, both under `path`. Nothing is
@@ -348,11 +430,16 @@ fn hop_policy(
         )
         .map(Duration::from_millis)
     });
-    HopPolicy { triggers, first_byte_timeout }
+    HopPolicy {
+        triggers,
+        first_byte_timeout,
+    }
 }
 
 fn triggers(ctx: &mut Ctx<'_>, raw: Option<&RawTriggerOn>, path: &str) -> Triggers {
-    let Some(t) = raw else { return Triggers::default_set() };
+    let Some(t) = raw else {
+        return Triggers::default_set();
+    };
     if t.status_codes.is_none() && t.errors.as_ref().is_none_or(|e| e.is_empty()) {
         ctx.err(
             path,
@@ -366,7 +453,10 @@ fn triggers(ctx: &mut Ctx<'_>, raw: Option<&RawTriggerOn>, path: &str) -> Trigge
         if codes.is_empty() || codes.len() > MAX_STATUS_CODES {
             ctx.err(
                 &codes_path,
-                format!("needs 1 to {MAX_STATUS_CODES} status codes (got {})", codes.len()),
+                format!(
+                    "needs 1 to {MAX_STATUS_CODES} status codes (got {})",
+                    codes.len()
+                ),
             );
         }
         for (k, code) in codes.iter().enumerate() {

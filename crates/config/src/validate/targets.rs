@@ -12,7 +12,11 @@ const MAX_CONNECT_TIMEOUT_MS: i64 = 300_000;
 const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
 
-pub(super) fn targets(ctx: &mut Ctx<'_>, raw: &[RawTarget], breaker_defaults: &BreakerPolicy) -> Vec<Target> {
+pub(super) fn targets(
+    ctx: &mut Ctx<'_>,
+    raw: &[RawTarget],
+    breaker_defaults: &BreakerPolicy,
+) -> Vec<Target> {
     if raw.is_empty() {
         ctx.err("targets", "at least one target is required");
     }
@@ -23,10 +27,19 @@ pub(super) fn targets(ctx: &mut Ctx<'_>, raw: &[RawTarget], breaker_defaults: &B
         let name_path = join_key(&path, "name");
         if ctx.not_blank(&t.name, &name_path) {
             if t.name.contains('/') {
-                ctx.err(&name_path, "must not contain `/` (a model written `target/model` pins a target)");
+                ctx.err(
+                    &name_path,
+                    "must not contain `/` (a model written `target/model` pins a target)",
+                );
             }
             match first_index.iter().find(|(n, _)| *n == t.name) {
-                Some((_, j)) => ctx.err(&name_path, format!("duplicate target name `{}` (first defined at targets[{j}])", t.name)),
+                Some((_, j)) => ctx.err(
+                    &name_path,
+                    format!(
+                        "duplicate target name `{}` (first defined at targets[{j}])",
+                        t.name
+                    ),
+                ),
                 None => first_index.push((&t.name, i)),
             }
         }
@@ -35,7 +48,12 @@ pub(super) fn targets(ctx: &mut Ctx<'_>, raw: &[RawTarget], breaker_defaults: &B
     out
 }
 
-fn target(ctx: &mut Ctx<'_>, t: &RawTarget, path: &str, breaker_defaults: &BreakerPolicy) -> Target {
+fn target(
+    ctx: &mut Ctx<'_>,
+    t: &RawTarget,
+    path: &str,
+    breaker_defaults: &BreakerPolicy,
+) -> Target {
     let choices = [
         ("openai", ProviderKind::OpenAi),
         ("anthropic", ProviderKind::Anthropic),
@@ -46,15 +64,23 @@ fn target(ctx: &mut Ctx<'_>, t: &RawTarget, path: &str, breaker_defaults: &Break
     let base_url_path = join_key(path, "baseUrl");
     let written_base = t.base_url.as_deref().map(|u| {
         if !(u.starts_with("http://") || u.starts_with("https://")) || u.len() <= "https://".len() {
-            ctx.err(&base_url_path, format!("`{u}` is not an http:// or https:// URL"));
+            ctx.err(
+                &base_url_path,
+                format!("`{u}` is not an http:// or https:// URL"),
+            );
         }
         u.trim_end_matches('/').to_string()
     });
     if let Some(region) = &t.region {
         let ok = !region.is_empty()
-            && region.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+            && region
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
         if !ok {
-            ctx.err(&join_key(path, "region"), format!("`{region}` is not an AWS region (e.g. us-east-1)"));
+            ctx.err(
+                &join_key(path, "region"),
+                format!("`{region}` is not an AWS region (e.g. us-east-1)"),
+            );
         }
     }
     let base_url = match (written_base, provider) {
@@ -64,19 +90,28 @@ fn target(ctx: &mut Ctx<'_>, t: &RawTarget, path: &str, breaker_defaults: &Break
         (None, Some(ProviderKind::Bedrock)) => match &t.region {
             Some(region) => format!("https://bedrock-runtime.{region}.amazonaws.com"),
             None => {
-                ctx.err(&join_key(path, "region"), "a bedrock target needs `region` or `baseUrl`");
+                ctx.err(
+                    &join_key(path, "region"),
+                    "a bedrock target needs `region` or `baseUrl`",
+                );
                 String::new()
             }
         },
         (None, None) => String::new(),
     };
 
-    let api_key = t.api_key.as_deref().and_then(|k| ctx.secret(k, &join_key(path, "apiKey")));
+    let api_key = t
+        .api_key
+        .as_deref()
+        .and_then(|k| ctx.secret(k, &join_key(path, "apiKey")));
     let models = match &t.models {
         Some(m) => {
             let models_path = join_key(path, "models");
             if m.is_empty() {
-                ctx.err(&models_path, "empty list; omit `models` to let this target serve any model it is sent");
+                ctx.err(
+                    &models_path,
+                    "empty list; omit `models` to let this target serve any model it is sent",
+                );
             }
             ctx.no_blank_entries(m, &models_path);
             m.clone()
@@ -90,8 +125,12 @@ fn target(ctx: &mut Ctx<'_>, t: &RawTarget, path: &str, breaker_defaults: &Break
         DEFAULT_CONNECT_TIMEOUT_MS,
         &join_key(path, "connectTimeoutMilliseconds"),
     );
-    let circuit_breaker =
-        breaker(ctx, breaker_defaults, t.circuit_breaker.as_ref(), &join_key(path, "circuitBreaker"));
+    let circuit_breaker = breaker(
+        ctx,
+        breaker_defaults,
+        t.circuit_breaker.as_ref(),
+        &join_key(path, "circuitBreaker"),
+    );
     let capabilities = t
         .capabilities
         .as_ref()
@@ -147,7 +186,12 @@ fn percent(ctx: &mut Ctx<'_>, v: f64, path: &str) -> Option<f64> {
 
 /// Applies one written breaker layer over `base`, validating each knob at `path.<knob>` and
 /// recording written knobs in `overridden`.
-pub(super) fn breaker(ctx: &mut Ctx<'_>, base: &BreakerPolicy, raw: Option<&RawBreaker>, path: &str) -> BreakerPolicy {
+pub(super) fn breaker(
+    ctx: &mut Ctx<'_>,
+    base: &BreakerPolicy,
+    raw: Option<&RawBreaker>,
+    path: &str,
+) -> BreakerPolicy {
     let mut p = base.clone();
     let Some(raw) = raw else { return p };
     let at = |knob: &str| join_key(path, knob);
@@ -160,18 +204,24 @@ pub(super) fn breaker(ctx: &mut Ctx<'_>, base: &BreakerPolicy, raw: Option<&RawB
     }
     if let Some(v) = raw.open_milliseconds {
         mark(&mut p.overridden, "openMilliseconds");
-        if let Some(ms) = ctx.int_in(v, 1, i64::MAX, &at("openMilliseconds")) {
+        if let Some(ms) = ctx.at_least(v, 1, &at("openMilliseconds")) {
             p.open = Duration::from_millis(ms);
         }
     }
     if let Some(v) = raw.max_open_milliseconds {
         mark(&mut p.overridden, "maxOpenMilliseconds");
-        if let Some(ms) = ctx.int_in(v, 1, i64::MAX, &at("maxOpenMilliseconds")) {
+        if let Some(ms) = ctx.at_least(v, 1, &at("maxOpenMilliseconds")) {
             p.max_open = Duration::from_millis(ms);
         }
     }
-    if (raw.open_milliseconds.is_some() || raw.max_open_milliseconds.is_some()) && p.max_open < p.open {
-        let knob = if raw.max_open_milliseconds.is_some() { "maxOpenMilliseconds" } else { "openMilliseconds" };
+    if (raw.open_milliseconds.is_some() || raw.max_open_milliseconds.is_some())
+        && p.max_open < p.open
+    {
+        let knob = if raw.max_open_milliseconds.is_some() {
+            "maxOpenMilliseconds"
+        } else {
+            "openMilliseconds"
+        };
         ctx.err(
             &at(knob),
             format!(
@@ -186,7 +236,10 @@ pub(super) fn breaker(ctx: &mut Ctx<'_>, base: &BreakerPolicy, raw: Option<&RawB
         if v.is_finite() && v >= 1.0 {
             p.backoff_multiplier = v;
         } else {
-            ctx.err(&at("backoffMultiplier"), format!("must be at least 1.0 (got {v})"));
+            ctx.err(
+                &at("backoffMultiplier"),
+                format!("must be at least 1.0 (got {v})"),
+            );
         }
     }
     if let Some(v) = raw.half_open_probes {

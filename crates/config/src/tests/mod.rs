@@ -1,0 +1,499 @@
+//! Whole-config tests: the SPEC §4 example, the AgentCore JSON example, defaults, redaction, the
+//! public entry points. Per-rule validation tests live in `validation.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod validation;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sidetrack_resilience::{ErrorKind, StatusMatcher};
+
+use crate::*;
+
+const SPEC_EXAMPLE: &str = include_str!("../../tests/fixtures/spec-example.yaml");
+const AGENTCORE_JSON: &str = include_str!("../../../../examples/agentcore-rule.json");
+
+/// The test environment: secrets resolve here, never through the process environment.
+pub(super) fn env(name: &str) -> Option<String> {
+    match name {
+        "OPENAI_API_KEY" => Some("sk-openai-secret".into()),
+        "ANTHROPIC_API_KEY" => Some("sk-ant-secret".into()),
+        "TEAM_A_KEY" => Some("team-a-secret".into()),
+        "SIDETRACK_ADMIN_TOKEN" => Some("admin-secret".into()),
+        "EMPTY_VAR" => Some(String::new()),
+        _ => None,
+    }
+}
+
+pub(super) fn load(src: &str) -> Result<Config, ConfigErrors> {
+    load_str_with_env(src, "t.yaml", &env)
+}
+
+/// Every error of `src`, rendered as `check` prints them.
+pub(super) fn errors(src: &str) -> Vec<String> {
+    match load(src) {
+        Ok(_) => panic!("expected errors, the config loaded"),
+        Err(e) => e.iter().map(|e| e.to_string()).collect(),
+    }
+}
+
+/// The single error of `src`.
+pub(super) fn one_error(src: &str) -> String {
+    let e = errors(src);
+    assert_eq!(e.len(), 1, "expected exactly one error, got {e:#?}");
+    e.into_iter().next().unwrap()
+}
+
+#[test]
+fn spec_example_loads_with_every_value() {
+    let c = load(SPEC_EXAMPLE).unwrap();
+    assert_eq!(c.source, "t.yaml");
+
+    let s = &c.server;
+    assert_eq!(s.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(s.admin.to_string(), "127.0.0.1:9090");
+    let tls = s.tls.as_ref().unwrap();
+    assert_eq!(tls.cert_file, PathBuf::from("cert.pem"));
+    assert_eq!(tls.key_file, PathBuf::from("key.pem"));
+    assert_eq!(s.max_request_bytes, 33_554_432);
+    assert_eq!(s.request_timeout, Duration::from_millis(900_000));
+    assert_eq!(s.shutdown_grace, Duration::from_millis(30_000));
+    assert!(s.response_headers);
+    assert_eq!(s.caller_retry_hint, CallerRetryHint::Auto);
+    assert_eq!(s.stream_commit, StreamCommit::FirstToken);
+    assert!(!s.watch_config);
+    assert_eq!(s.admin_token.as_ref().unwrap().expose(), "admin-secret");
+
+    let keys = &c.auth.as_ref().unwrap().keys;
+    assert_eq!(keys.len(), 1);
+    assert_eq!(keys[0].principal, "team-a");
+    assert!(matches!(&keys[0].key, KeyMatch::Plain(s) if s.expose() == "team-a-secret"));
+    assert_eq!(
+        keys[0].models.as_deref(),
+        Some(&["gpt-*".to_string(), "claude-*".to_string()][..])
+    );
+    let limits = keys[0].limits.unwrap();
+    assert_eq!(limits.requests_per_minute, Some(600));
+    assert_eq!(limits.tokens_per_minute, Some(200_000));
+
+    let redis = c.state.as_ref().unwrap().redis.as_ref().unwrap();
+    assert_eq!(redis.url, "redis://127.0.0.1:6379/0");
+    assert_eq!(redis.key_prefix, "sidetrack:");
+
+    assert_eq!(c.targets.len(), 3);
+    let openai = c.target("openai-main").unwrap();
+    assert_eq!(openai.provider, ProviderKind::OpenAi);
+    assert_eq!(openai.base_url, "https://api.openai.com/v1");
+    assert_eq!(
+        openai.api_key.as_ref().unwrap().expose(),
+        "sk-openai-secret"
+    );
+    assert_eq!(openai.models, vec!["gpt-4.1*", "gpt-4o-mini"]);
+    assert_eq!(openai.connect_timeout, Duration::from_millis(5000));
+    assert_eq!(
+        openai.capabilities,
+        Capabilities {
+            tools: Some(true),
+            json_schema: Some(true),
+            context_window: Some(128_000)
+        }
+    );
+    let bedrock = c.target("bedrock-east").unwrap();
+    assert_eq!(bedrock.provider, ProviderKind::Bedrock);
+    assert_eq!(
+        bedrock.base_url,
+        "https://bedrock-runtime.us-east-1.amazonaws.com"
+    );
+    assert_eq!(bedrock.region.as_deref(), Some("us-east-1"));
+    assert!(bedrock.api_key.is_none());
+    assert_eq!(bedrock.capabilities, Capabilities::default());
+
+    // `defaults.circuitBreaker` writes every knob but the two nulls.
+    let written = vec![
+        "consecutiveFailures",
+        "openMilliseconds",
+        "maxOpenMilliseconds",
+        "backoffMultiplier",
+        "halfOpenProbes",
+        "honorRetryAfter",
+        "restoreHealth",
+    ];
+    assert_eq!(c.defaults.circuit_breaker.overridden, written);
+    assert_eq!(c.defaults.circuit_breaker.health_threshold, None);
+    assert_eq!(openai.circuit_breaker.consecutive_failures, 5);
+
+    // Rules come sorted by priority and remember their index in the file.
+    let names: Vec<_> = c
+        .rules
+        .iter()
+        .map(|r| (r.name.as_str(), r.priority, r.index))
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            ("chat-resilient", 100, 0),
+            ("cheap-tiers", 200, 1),
+            ("canary", 300, 2)
+        ]
+    );
+
+    let chat = &c.rules[0];
+    let mm = chat.match_models.as_ref().unwrap();
+    assert_eq!(
+        (mm.operator, mm.values.clone()),
+        (MatchOperator::StringLike, vec!["gpt-4.1*".into()])
+    );
+    let mp = chat.match_principals.as_ref().unwrap();
+    assert_eq!(
+        (mp.operator, mp.values.clone()),
+        (MatchOperator::StringEquals, vec!["team-a".into()])
+    );
+    let Route::Static(r) = &chat.route else {
+        panic!("static route expected")
+    };
+    assert_eq!(
+        r.primary,
+        DestinationRef {
+            target: "openai-main".into(),
+            model: Some("gpt-4.1".into())
+        }
+    );
+    assert!(!r.primary_policy.triggers.is_default());
+    assert_eq!(
+        r.primary_policy.triggers.statuses(),
+        &[StatusMatcher::Exact(429), StatusMatcher::Class(5)]
+    );
+    assert_eq!(r.primary_policy.triggers.errors(), ErrorKind::ALL.to_vec());
+    assert_eq!(
+        r.primary_policy.first_byte_timeout,
+        Some(Duration::from_millis(5000))
+    );
+    assert_eq!(r.breaker_mode, BreakerMode::Enabled);
+    assert_eq!(r.fallbacks.len(), 2);
+    let hop1 = &r.fallbacks[0];
+    assert_eq!(hop1.destination.model.as_deref(), Some("claude-sonnet-4-5"));
+    assert_eq!(
+        hop1.policy.triggers.errors(),
+        vec![ErrorKind::ConnectionError, ErrorKind::FirstByteTimeout]
+    );
+    assert_eq!(
+        hop1.policy.first_byte_timeout,
+        Some(Duration::from_millis(8000))
+    );
+    // Nothing is inherited: hop 2 has the default triggers and no first-byte timeout.
+    let hop2 = &r.fallbacks[1];
+    assert_eq!(hop2.destination.target, "bedrock-east");
+    assert!(hop2.policy.triggers.is_default());
+    assert_eq!(hop2.policy.first_byte_timeout, None);
+
+    let Route::PriorityGroups(groups) = &c.rules[1].route else {
+        panic!("groups expected")
+    };
+    assert_eq!(groups.len(), 2);
+    assert_eq!(groups[0].destinations.len(), 2);
+    assert_eq!(groups[0].policy.triggers.statuses().len(), 2);
+    assert!(groups[0].policy.triggers.errors().is_empty());
+    assert!(groups[1].policy.triggers.is_default());
+
+    let Route::Weighted(w) = &c.rules[2].route else {
+        panic!("weighted expected")
+    };
+    assert_eq!(
+        w.legs.iter().map(|l| l.weight).collect::<Vec<_>>(),
+        vec![90, 10]
+    );
+    assert_eq!(w.legs[0].route.fallbacks.len(), 1);
+    assert!(w.legs[0].route.primary_policy.triggers.is_default());
+    assert!(w.legs[1].route.fallbacks.is_empty());
+    assert_eq!(w.stickiness_header.as_deref(), Some("x-session-id"));
+
+    assert_eq!(c.logging.level, "info");
+    assert_eq!(c.logging.routing, RoutingSink::Stdout);
+    assert_eq!(
+        c.logging.otlp_endpoint.as_deref(),
+        Some("http://127.0.0.1:4318")
+    );
+}
+
+#[test]
+fn agentcore_rule_json_loads() {
+    let c = load_str_with_env(AGENTCORE_JSON, "agentcore-rule.json", &env).unwrap();
+    assert_eq!(c.rules.len(), 1);
+    let rule = &c.rules[0];
+    assert_eq!(rule.name, "chat-resilient");
+    let mm = rule.match_models.as_ref().unwrap();
+    assert_eq!(mm.operator, MatchOperator::StringLike);
+    let Route::Static(r) = &rule.route else {
+        panic!("static route expected")
+    };
+    assert_eq!(r.primary.target, "openai-main");
+    assert_eq!(r.breaker_mode, BreakerMode::Enabled);
+    assert_eq!(
+        r.primary_policy.first_byte_timeout,
+        Some(Duration::from_millis(5000))
+    );
+    assert_eq!(r.fallbacks.len(), 2);
+    assert_eq!(
+        r.fallbacks[0].policy.triggers.errors(),
+        vec![ErrorKind::ConnectionError]
+    );
+}
+
+#[test]
+fn agentcore_json_errors_are_located_too() {
+    let src = AGENTCORE_JSON.replace("\"claude-sonnet-4-5\"", "\"\"");
+    let e = load_str_with_env(&src, "a.json", &env).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "a.json:45:24: rules[0].routeToTarget.fallback.targetFallback[0].model: must not be \
+         blank; omit `model` to send the caller's model"
+    );
+}
+
+#[test]
+fn the_same_config_as_yaml_and_json_is_equal() {
+    let yaml = "targets:\n  - name: a\n    provider: openai\nrules:\n  - priority: 5\n    \
+                routeToTarget:\n      staticRoute: { target: a }\n";
+    let json = r#"{"targets":[{"name":"a","provider":"openai"}],
+                   "rules":[{"priority":5,"routeToTarget":{"staticRoute":{"target":"a"}}}]}"#;
+    let a = load(yaml).unwrap().redacted_json();
+    let b = load(json).unwrap().redacted_json();
+    assert_eq!(a, b);
+}
+
+#[test]
+fn minimal_config_gets_every_default() {
+    let c = load("targets:\n  - name: a\n    provider: openai\n").unwrap();
+    let s = &c.server;
+    assert_eq!(s.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(s.admin.to_string(), "127.0.0.1:9090");
+    assert!(s.tls.is_none());
+    assert_eq!(s.max_request_bytes, 32 * 1024 * 1024);
+    assert_eq!(s.request_timeout, Duration::from_secs(15 * 60));
+    assert_eq!(s.shutdown_grace, Duration::from_secs(30));
+    assert!(s.response_headers);
+    assert_eq!(s.caller_retry_hint, CallerRetryHint::Auto);
+    assert_eq!(s.stream_commit, StreamCommit::FirstToken);
+    assert!(!s.watch_config);
+    assert!(s.admin_token.is_none());
+    assert!(c.auth.is_none());
+    assert!(c.state.is_none());
+    assert!(c.rules.is_empty());
+    let t = &c.targets[0];
+    assert_eq!(t.base_url, "https://api.openai.com/v1");
+    assert!(t.models.is_empty());
+    assert_eq!(t.connect_timeout, Duration::from_secs(5));
+    assert_eq!(t.circuit_breaker, BreakerPolicy::default());
+    assert_eq!(c.defaults.circuit_breaker, BreakerPolicy::default());
+    assert_eq!(c.logging.level, "info");
+    assert_eq!(c.logging.routing, RoutingSink::Stdout);
+    assert!(c.logging.otlp_endpoint.is_none());
+}
+
+#[test]
+fn built_in_breaker_defaults_match_spec() {
+    let b = BreakerPolicy::default();
+    assert_eq!(b.consecutive_failures, 5);
+    assert_eq!(b.open, Duration::from_secs(30));
+    assert_eq!(b.max_open, Duration::from_secs(300));
+    assert_eq!(b.backoff_multiplier, 2.0);
+    assert_eq!(b.half_open_probes, 3);
+    assert!(b.honor_retry_after);
+    assert_eq!(b.health_threshold, None);
+    assert_eq!(b.restore_health, 100.0);
+    assert!(b.overridden.is_empty());
+}
+
+#[test]
+fn breaker_layers_merge_and_record_what_was_written() {
+    let src = "\
+defaults:
+  circuitBreaker: { openMilliseconds: 10000, healthThreshold: 40 }
+targets:
+  - name: a
+    provider: openai
+    circuitBreaker: { consecutiveFailures: 2, restoreHealth: 80 }
+  - name: b
+    provider: openai
+";
+    let c = load(src).unwrap();
+    let d = &c.defaults.circuit_breaker;
+    assert_eq!(d.open, Duration::from_secs(10));
+    assert_eq!(d.overridden, vec!["openMilliseconds", "healthThreshold"]);
+    let a = &c.targets[0].circuit_breaker;
+    assert_eq!(a.consecutive_failures, 2);
+    assert_eq!(a.open, Duration::from_secs(10), "inherited from defaults");
+    assert_eq!(a.health_threshold, Some(40.0));
+    assert_eq!(a.restore_health, 80.0);
+    assert_eq!(a.max_open, Duration::from_secs(300), "built-in default");
+    assert_eq!(
+        a.overridden,
+        vec![
+            "consecutiveFailures",
+            "openMilliseconds",
+            "healthThreshold",
+            "restoreHealth"
+        ]
+    );
+    assert_eq!(&c.targets[1].circuit_breaker, d);
+}
+
+#[test]
+fn redacted_json_hides_every_secret() {
+    let src = SPEC_EXAMPLE.replace(
+        "redis://127.0.0.1:6379/0",
+        "redis://user:redis-secret@127.0.0.1:6379/0",
+    );
+    let c = load(&src).unwrap();
+    let v = c.redacted_json();
+    let text = v.to_string();
+    for secret in [
+        "sk-openai-secret",
+        "sk-ant-secret",
+        "team-a-secret",
+        "admin-secret",
+        "redis-secret",
+    ] {
+        assert!(!text.contains(secret), "{secret} leaked: {text}");
+    }
+    assert_eq!(v["server"]["adminToken"], "***");
+    assert_eq!(v["auth"]["keys"][0]["key"], "***");
+    assert_eq!(v["targets"][0]["apiKey"], "***");
+    assert_eq!(v["targets"][2]["apiKey"], serde_json::Value::Null);
+    assert_eq!(
+        v["state"]["redis"]["url"],
+        "redis://user:***@127.0.0.1:6379/0"
+    );
+    // The effective values are there, in the config's own names.
+    assert_eq!(
+        v["targets"][2]["baseUrl"],
+        "https://bedrock-runtime.us-east-1.amazonaws.com"
+    );
+    assert_eq!(
+        v["rules"][0]["routeToTarget"]["staticRoute"]["target"],
+        "openai-main"
+    );
+    let fb = &v["rules"][0]["routeToTarget"]["fallback"];
+    assert_eq!(fb["targetFallback"][1]["triggerOn"]["default"], true);
+    assert_eq!(
+        fb["targetFallback"][1]["firstByteTimeoutMilliseconds"],
+        serde_json::Value::Null
+    );
+    assert_eq!(v["server"]["requestTimeoutMilliseconds"], 900_000);
+    // Debug never prints a secret either.
+    assert!(!format!("{c:?}").contains("sk-openai-secret"));
+}
+
+#[test]
+fn sha256_keys_are_redacted_and_decoded() {
+    let hex = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+    let src = format!(
+        "auth:\n  keys:\n    - principal: p\n      key: sha256:{hex}\ntargets:\n  - name: a\n    provider: openai\n"
+    );
+    let c = load(&src).unwrap();
+    let KeyMatch::Sha256(bytes) = &c.auth.as_ref().unwrap().keys[0].key else {
+        panic!("sha256")
+    };
+    assert_eq!(bytes[0], 0x9f);
+    assert_eq!(bytes[31], 0x08);
+    assert_eq!(c.redacted_json()["auth"]["keys"][0]["key"], "sha256:***");
+}
+
+#[test]
+fn literal_secrets_are_accepted() {
+    let c = load("targets:\n  - name: a\n    provider: openai\n    apiKey: sk-literal\n").unwrap();
+    assert_eq!(
+        c.targets[0].api_key.as_ref().unwrap().expose(),
+        "sk-literal"
+    );
+}
+
+#[test]
+fn load_file_reads_the_spec_example_and_reports_unreadable_files() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/spec-example.yaml");
+    let c = load_file_with_env(&path, &env).unwrap();
+    assert_eq!(c.source, path.display().to_string());
+
+    let missing = PathBuf::from("/definitely/not/here.yaml");
+    let e = load_file(&missing).unwrap_err();
+    assert_eq!(e.len(), 1);
+    let text = e.to_string();
+    assert!(
+        text.starts_with("/definitely/not/here.yaml: cannot read the config file: "),
+        "{text}"
+    );
+}
+
+#[test]
+fn load_str_uses_the_process_environment() {
+    // PATH is set in every test process; a missing variable is reported by name.
+    let ok = "targets:\n  - name: a\n    provider: openai\n    apiKey: env:PATH\n";
+    assert!(load_str(ok, "p.yaml").is_ok());
+    let bad = "targets:\n  - name: a\n    provider: openai\n    apiKey: env:SIDETRACK_TEST_SURELY_UNSET_1234\n";
+    assert_eq!(
+        load_str(bad, "p.yaml").unwrap_err().to_string(),
+        "p.yaml:4:13: targets[0].apiKey: environment variable `SIDETRACK_TEST_SURELY_UNSET_1234` is not set"
+    );
+}
+
+#[test]
+fn from_yaml_str_is_generic_and_located() {
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct Mock {
+        listen: String,
+        #[serde(default)]
+        models: std::collections::BTreeMap<String, Behaviour>,
+    }
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct Behaviour {
+        status: Option<u16>,
+        retry_after_seconds: Option<u64>,
+    }
+    let m: Mock = from_yaml_str(
+        "listen: 127.0.0.1:9001\nmodels:\n  limited: { status: 429, retryAfterSeconds: 2 }\n",
+        "mock.yaml",
+    )
+    .unwrap();
+    assert_eq!(
+        m.models["limited"],
+        Behaviour {
+            status: Some(429),
+            retry_after_seconds: Some(2)
+        }
+    );
+
+    let e = from_yaml_str::<Mock>(
+        "listen: x\nmodels:\n  broken: { status: 500, colour: red }\n",
+        "mock.yaml",
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "mock.yaml:3:26: models.broken.colour: unknown key; expected `status` or `retryAfterSeconds`"
+    );
+}
+
+#[test]
+fn config_errors_display_one_per_line() {
+    let e = ConfigErrors(vec![
+        ConfigError {
+            file: "f".into(),
+            line: 1,
+            column: 2,
+            path: "a.b".into(),
+            message: "x".into(),
+        },
+        ConfigError {
+            file: "f".into(),
+            line: 3,
+            column: 4,
+            path: String::new(),
+            message: "y".into(),
+        },
+    ]);
+    assert_eq!(e.to_string(), "f:1:2: a.b: x\nf:3:4: y");
+    let _: &dyn std::error::Error = &e;
+}

@@ -1,0 +1,843 @@
+//! One test per SPEC §4 validation rule, each asserting the exact `FILE:LINE:COL: path: message`.
+
+use super::{errors, load, one_error};
+use crate::*;
+
+/// Two valid targets on lines 1–5; tests append from line 6.
+const BASE: &str = "\
+targets:
+  - name: a
+    provider: openai
+  - name: b
+    provider: anthropic
+";
+
+/// `BASE` + `rules:` on line 6; the first rule starts on line 7.
+fn with_rules(rules: &str) -> String {
+    format!("{BASE}rules:\n{rules}")
+}
+
+/// A valid one-rule body with a replaceable priority, for tests about other parts.
+fn simple_rule(priority: &str) -> String {
+    format!("  - priority: {priority}\n    routeToTarget:\n      staticRoute: {{ target: a }}\n")
+}
+
+#[test]
+fn duplicated_destination_unknown_target_and_status_399_give_exactly_three_errors() {
+    let src = with_rules(
+        r#"  - name: r
+    priority: 10
+    routeToTarget:
+      staticRoute: { target: a, model: m1 }
+      fallback:
+        triggerOn: { statusCodes: ["429", "399"] }
+        targetFallback:
+          - { target: a, model: m1 }
+          - { target: nope, model: m2 }
+"#,
+    );
+    assert_eq!(
+        errors(&src),
+        vec![
+            "t.yaml:12:43: rules[0].routeToTarget.fallback.triggerOn.statusCodes[1]: status code \
+             `399` is outside 400-599 (only 4xx/5xx answers can trigger a fallback)",
+            "t.yaml:14:13: rules[0].routeToTarget.fallback.targetFallback[0]: destination a/m1 is \
+             already used in this route at rules[0].routeToTarget.staticRoute; every destination \
+             in a route must be distinct",
+            "t.yaml:15:23: rules[0].routeToTarget.fallback.targetFallback[1].target: unknown \
+             target `nope` (defined targets: `a`, `b`)",
+        ]
+    );
+}
+
+// ---- rules: priority, name, matchers --------------------------------------------------------
+
+#[test]
+fn priority_must_be_in_range() {
+    assert_eq!(
+        one_error(&with_rules(&simple_rule("0"))),
+        "t.yaml:7:15: rules[0].priority: must be between 1 and 1000000 (got 0)"
+    );
+    assert_eq!(
+        one_error(&with_rules(&simple_rule("1000001"))),
+        "t.yaml:7:15: rules[0].priority: must be between 1 and 1000000 (got 1000001)"
+    );
+    assert!(load(&with_rules(&simple_rule("1000000"))).is_ok());
+}
+
+#[test]
+fn priorities_must_be_unique() {
+    let src = with_rules(&format!("{}{}", simple_rule("5"), simple_rule("5")));
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:10:15: rules[1].priority: priority 5 is already used by rules[0]; priorities \
+         must be unique"
+    );
+}
+
+#[test]
+fn priority_is_required() {
+    let src = with_rules("  - name: x\n    routeToTarget:\n      staticRoute: { target: a }\n");
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:7:5: rules[0].priority: required key is missing"
+    );
+}
+
+#[test]
+fn rule_name_defaults_to_rule_priority_and_must_be_unique() {
+    let c = load(&with_rules(&simple_rule("42"))).unwrap();
+    assert_eq!(c.rules[0].name, "rule-42");
+
+    let src = with_rules(
+        "  - priority: 1\n    routeToTarget: { staticRoute: { target: a } }\n  - name: rule-1\n    \
+         priority: 2\n    routeToTarget: { staticRoute: { target: b } }\n",
+    );
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:9:11: rules[1].name: rule name `rule-1` is already used by rules[0]"
+    );
+}
+
+#[test]
+fn match_models_needs_a_non_blank_value() {
+    let src = with_rules(
+        "  - priority: 1\n    matchModels: [\"\", \" \"]\n    routeToTarget: { staticRoute: { target: a } }\n",
+    );
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:8:18: rules[0].matchModels: needs at least one non-blank value"
+    );
+    let src = with_rules(
+        "  - priority: 1\n    matchModels: { operator: StringEquals, values: [] }\n    \
+         routeToTarget: { staticRoute: { target: a } }\n",
+    );
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:8:52: rules[0].matchModels.values: needs at least one non-blank value"
+    );
+    // One non-blank value is enough (AgentCore's rule).
+    let ok = with_rules(
+        "  - priority: 1\n    matchModels: [\"gpt-4o\", \"\"]\n    routeToTarget: { staticRoute: { target: a } }\n",
+    );
+    assert!(load(&ok).is_ok());
+}
+
+#[test]
+fn match_principals_needs_a_non_blank_value_and_defaults_to_string_equals() {
+    let src = with_rules(
+        "  - priority: 1\n    matchPrincipals: []\n    routeToTarget: { staticRoute: { target: a } }\n",
+    );
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:8:22: rules[0].matchPrincipals: needs at least one non-blank value"
+    );
+    let ok = with_rules(
+        "  - priority: 1\n    matchModels: gpt-4o\n    matchPrincipals: [team-a]\n    \
+         routeToTarget: { staticRoute: { target: a } }\n",
+    );
+    let c = load(&ok).unwrap();
+    assert_eq!(
+        c.rules[0].match_principals.as_ref().unwrap().operator,
+        MatchOperator::StringEquals
+    );
+    let mm = c.rules[0].match_models.as_ref().unwrap();
+    assert_eq!(
+        (mm.operator, mm.values.clone()),
+        (MatchOperator::StringLike, vec!["gpt-4o".into()])
+    );
+}
+
+#[test]
+fn match_operator_must_be_known() {
+    let src = with_rules(
+        "  - priority: 1\n    matchModels: { operator: Glob, values: [x] }\n    \
+         routeToTarget: { staticRoute: { target: a } }\n",
+    );
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:8:30: rules[0].matchModels.operator: unknown value `Glob`; expected one of \
+         `StringLike`, `StringEquals`"
+    );
+}
+
+// ---- routeToTarget shape ----------------------------------------------------------------------
+
+#[test]
+fn route_to_target_needs_exactly_one_route() {
+    let src = with_rules("  - priority: 1\n    routeToTarget: {}\n");
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:8:20: rules[0].routeToTarget: needs one of `staticRoute`, `priorityGroups` or \
+         `weightedRoute`"
+    );
+    let src = with_rules(
+        "  - priority: 1\n    routeToTarget:\n      staticRoute: { target: a }\n      \
+         priorityGroups: [ { destinations: [ { target: b } ] } ]\n",
+    );
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:9:7: rules[0].routeToTarget: has `staticRoute` and `priorityGroups`; write \
+         exactly one route"
+    );
+}
+
+#[test]
+fn fallback_belongs_to_static_route() {
+    let src = with_rules(
+        "  - priority: 1\n    routeToTarget:\n      priorityGroups: [ { destinations: [ { target: b } ] } ]\n      \
+         fallback: { targetFallback: [ { target: a } ] }\n",
+    );
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:10:17: rules[0].routeToTarget.fallback: `fallback` belongs beside `staticRoute`; \
+         priority groups carry their own `triggerOn` and weighted legs their own `fallback`"
+    );
+}
+
+#[test]
+fn a_fallback_needs_at_least_one_target_fallback() {
+    let src = with_rules(
+        "  - priority: 1\n    routeToTarget:\n      staticRoute: { target: a }\n      \
+         fallback: { firstByteTimeoutMilliseconds: 1000 }\n",
+    );
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:10:17: rules[0].routeToTarget.fallback.targetFallback: a fallback needs at least \
+         one targetFallback"
+    );
+    let src = with_rules(
+        "  - priority: 1\n    routeToTarget:\n      staticRoute: { target: a }\n      \
+         fallback:\n        targetFallback: []\n",
+    );
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:11:25: rules[0].routeToTarget.fallback.targetFallback: a fallback needs at least \
+         one targetFallback"
+    );
+}
+
+#[test]
+fn destinations_in_a_route_are_distinct_and_callers_model_is_its_own_identity() {
+    // (a, caller's model) and (a, pinned m) are different destinations.
+    let ok = with_rules(
+        "  - priority: 1\n    routeToTarget:\n      staticRoute: { target: a }\n      \
+         fallback: { targetFallback: [ { target: a, model: m } ] }\n",
+    );
+    assert!(load(&ok).is_ok());
+    let src = with_rules(
+        "  - priority: 1\n    routeToTarget:\n      staticRoute: { target: a }\n      \
+         fallback: { targetFallback: [ { target: b }, { target: a } ] }\n",
+    );
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:10:52: rules[0].routeToTarget.fallback.targetFallback[1]: destination a (caller's \
+         model) is already used in this route at rules[0].routeToTarget.staticRoute; every \
+         destination in a route must be distinct"
+    );
+}
+
+#[test]
+fn destinations_are_distinct_across_priority_groups() {
+    let src = with_rules(
+        "  - priority: 1\n    routeToTarget:\n      priorityGroups:\n        \
+         - destinations: [ { target: a, model: x }, { target: b } ]\n        \
+         - destinations: [ { target: b } ]\n",
+    );
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:11:27: rules[0].routeToTarget.priorityGroups[1].destinations[0]: destination b \
+         (caller's model) is already used in this route at \
+         rules[0].routeToTarget.priorityGroups[0].destinations[1]; every destination in a route \
+         must be distinct"
+    );
+}
+
+#[test]
+fn priority_groups_need_groups_and_destinations() {
+    let src = with_rules("  - priority: 1\n    routeToTarget:\n      priorityGroups: []\n");
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:9:23: rules[0].routeToTarget.priorityGroups: needs at least one group"
+    );
+    let src = with_rules(
+        "  - priority: 1\n    routeToTarget:\n      priorityGroups: [ { destinations: [] } ]\n",
+    );
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:9:41: rules[0].routeToTarget.priorityGroups[0].destinations: needs at least one \
+         destination"
+    );
+}
+
+#[test]
+fn every_referenced_target_exists() {
+    let src = with_rules("  - priority: 1\n    routeToTarget:\n      staticRoute: { target: c }\n");
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:9:30: rules[0].routeToTarget.staticRoute.target: unknown target `c` (defined \
+         targets: `a`, `b`)"
+    );
+}
+
+#[test]
+fn a_pinned_model_must_not_be_blank() {
+    let src = with_rules(
+        "  - priority: 1\n    routeToTarget:\n      staticRoute: { target: a, model: \"\" }\n",
+    );
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:9:40: rules[0].routeToTarget.staticRoute.model: must not be blank; omit `model` \
+         to send the caller's model"
+    );
+}
+
+// ---- triggers and timeouts --------------------------------------------------------------------
+
+/// A rule whose primary has `fallback: { <fallback_body>, targetFallback: [b] }` on line 10.
+fn with_fallback(fallback_body: &str) -> String {
+    with_rules(&format!(
+        "  - priority: 1\n    routeToTarget:\n      staticRoute: {{ target: a }}\n      \
+         fallback: {{ {fallback_body}, targetFallback: [ {{ target: b }} ] }}\n"
+    ))
+}
+
+#[test]
+fn status_codes_must_be_4xx_or_5xx() {
+    assert_eq!(
+        one_error(&with_fallback("triggerOn: { statusCodes: [\"600\"] }")),
+        "t.yaml:10:46: rules[0].routeToTarget.fallback.triggerOn.statusCodes[0]: status code \
+         `600` is outside 400-599 (only 4xx/5xx answers can trigger a fallback)"
+    );
+    assert_eq!(
+        one_error(&with_fallback("triggerOn: { statusCodes: [\"3XX\"] }")),
+        "t.yaml:10:46: rules[0].routeToTarget.fallback.triggerOn.statusCodes[0]: status code \
+         `3XX` is outside 400-599 (only 4xx/5xx answers can trigger a fallback)"
+    );
+    assert_eq!(
+        one_error(&with_fallback("triggerOn: { statusCodes: [oops] }")),
+        "t.yaml:10:46: rules[0].routeToTarget.fallback.triggerOn.statusCodes[0]: `oops` is not a \
+         status code (write e.g. \"503\" or \"5XX\")"
+    );
+}
+
+#[test]
+fn status_codes_may_be_integers_or_strings() {
+    let c = load(&with_fallback(
+        "triggerOn: { statusCodes: [429, \"5XX\", 4xx] }",
+    ))
+    .unwrap();
+    let Route::Static(r) = &c.rules[0].route else {
+        panic!("static")
+    };
+    assert_eq!(
+        r.primary_policy.triggers.statuses(),
+        &[
+            sidetrack_resilience::StatusMatcher::Exact(429),
+            sidetrack_resilience::StatusMatcher::Class(5),
+            sidetrack_resilience::StatusMatcher::Class(4),
+        ]
+    );
+    assert!(
+        r.primary_policy.triggers.errors().is_empty(),
+        "a written triggerOn replaces the default"
+    );
+}
+
+#[test]
+fn between_one_and_ten_status_codes() {
+    assert_eq!(
+        one_error(&with_fallback("triggerOn: { statusCodes: [] }")),
+        "t.yaml:10:45: rules[0].routeToTarget.fallback.triggerOn.statusCodes: needs 1 to 10 \
+         status codes (got 0)"
+    );
+    let eleven = (0..11)
+        .map(|i| (500 + i).to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    assert_eq!(
+        one_error(&with_fallback(&format!(
+            "triggerOn: {{ statusCodes: [{eleven}] }}"
+        ))),
+        "t.yaml:10:45: rules[0].routeToTarget.fallback.triggerOn.statusCodes: needs 1 to 10 \
+         status codes (got 11)"
+    );
+}
+
+#[test]
+fn error_names_must_be_known() {
+    assert_eq!(
+        one_error(&with_fallback(
+            "triggerOn: { errors: [CONNECTION_ERROR, TIMEOUT] }"
+        )),
+        "t.yaml:10:59: rules[0].routeToTarget.fallback.triggerOn.errors[1]: unknown error \
+         `TIMEOUT` (expected CONNECTION_ERROR, FIRST_BYTE_TIMEOUT or UNROUTABLE)"
+    );
+}
+
+#[test]
+fn trigger_on_must_list_something() {
+    assert_eq!(
+        one_error(&with_fallback("triggerOn: { errors: [] }")),
+        "t.yaml:10:30: rules[0].routeToTarget.fallback.triggerOn: lists no statusCodes and no \
+         errors, so this hop could never fall back; omit `triggerOn` to use the defaults"
+    );
+}
+
+#[test]
+fn first_byte_timeout_is_50_to_900000() {
+    assert_eq!(
+        one_error(&with_fallback("firstByteTimeoutMilliseconds: 49")),
+        "t.yaml:10:49: rules[0].routeToTarget.fallback.firstByteTimeoutMilliseconds: must be \
+         between 50 and 900000 (got 49)"
+    );
+    assert_eq!(
+        one_error(&with_fallback("firstByteTimeoutMilliseconds: 900001")),
+        "t.yaml:10:49: rules[0].routeToTarget.fallback.firstByteTimeoutMilliseconds: must be \
+         between 50 and 900000 (got 900001)"
+    );
+    // The same bound on a fallback hop, at its own path.
+    let src = with_rules(
+        "  - priority: 1\n    routeToTarget:\n      staticRoute: { target: a }\n      fallback:\n        \
+         targetFallback:\n          - target: b\n            firstByteTimeoutMilliseconds: 10\n",
+    );
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:13:43: rules[0].routeToTarget.fallback.targetFallback[0].\
+         firstByteTimeoutMilliseconds: must be between 50 and 900000 (got 10)"
+    );
+}
+
+#[test]
+fn breaker_mode_is_enabled_or_disabled() {
+    assert_eq!(
+        one_error(&with_fallback("circuitBreaker: { mode: OFF }")),
+        "t.yaml:10:43: rules[0].routeToTarget.fallback.circuitBreaker.mode: unknown value `OFF`; \
+         expected one of `ENABLED`, `DISABLED`"
+    );
+    let c = load(&with_fallback("circuitBreaker: { mode: DISABLED }")).unwrap();
+    let Route::Static(r) = &c.rules[0].route else {
+        panic!("static")
+    };
+    assert_eq!(r.breaker_mode, BreakerMode::Disabled);
+}
+
+// ---- weighted routes ---------------------------------------------------------------------------
+
+#[test]
+fn weights_are_positive() {
+    let src = with_rules(
+        "  - priority: 1\n    routeToTarget:\n      weightedRoute:\n        legs:\n          \
+         - { target: a, weight: 0 }\n          - { target: b, weight: 1 }\n",
+    );
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:11:34: rules[0].routeToTarget.weightedRoute.legs[0].weight: must be at least 1 \
+         (got 0)"
+    );
+}
+
+#[test]
+fn weighted_route_needs_two_legs() {
+    let src = with_rules(
+        "  - priority: 1\n    routeToTarget:\n      weightedRoute:\n        legs:\n          \
+         - { target: a, weight: 1 }\n",
+    );
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:11:11: rules[0].routeToTarget.weightedRoute.legs: needs at least two legs (got 1)"
+    );
+}
+
+#[test]
+fn weighted_legs_go_to_different_destinations_but_may_fall_back_to_each_other() {
+    let ok = with_rules(
+        "  - priority: 1\n    routeToTarget:\n      weightedRoute:\n        legs:\n          \
+         - { target: a, weight: 1, fallback: { targetFallback: [ { target: b } ] } }\n          \
+         - { target: b, weight: 1, fallback: { targetFallback: [ { target: a } ] } }\n",
+    );
+    assert!(load(&ok).is_ok());
+    let src = with_rules(
+        "  - priority: 1\n    routeToTarget:\n      weightedRoute:\n        legs:\n          \
+         - { target: a, weight: 1 }\n          \
+         - { target: a, weight: 1, fallback: { targetFallback: [ { target: a } ] } }\n",
+    );
+    assert_eq!(
+        errors(&src),
+        vec![
+            "t.yaml:12:13: rules[0].routeToTarget.weightedRoute.legs[1]: destination a (caller's \
+             model) is already used in this route at rules[0].routeToTarget.weightedRoute.legs[0]; \
+             every destination in a route must be distinct",
+            "t.yaml:12:67: rules[0].routeToTarget.weightedRoute.legs[1].fallback.targetFallback[0]: \
+             destination a (caller's model) is already used in this route at \
+             rules[0].routeToTarget.weightedRoute.legs[1]; every destination in a route must be \
+             distinct",
+        ]
+    );
+}
+
+#[test]
+fn stickiness_header_must_be_a_header_name() {
+    let src = with_rules(
+        "  - priority: 1\n    routeToTarget:\n      weightedRoute:\n        legs: [ { target: a, \
+         weight: 1 }, { target: b, weight: 1 } ]\n        stickiness: { header: \"x session\" }\n",
+    );
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:11:31: rules[0].routeToTarget.weightedRoute.stickiness.header: `x session` is not \
+         a valid HTTP header name"
+    );
+}
+
+// ---- targets -----------------------------------------------------------------------------------
+
+#[test]
+fn at_least_one_target() {
+    assert_eq!(
+        one_error("server: {}\n"),
+        "t.yaml:1:1: targets: at least one target is required"
+    );
+}
+
+#[test]
+fn target_names_are_unique_and_slash_free() {
+    let src = "targets:\n  - name: a\n    provider: openai\n  - name: a\n    provider: openai\n  \
+               - name: x/y\n    provider: openai\n";
+    assert_eq!(
+        errors(src),
+        vec![
+            "t.yaml:4:11: targets[1].name: duplicate target name `a` (first defined at targets[0])",
+            "t.yaml:6:11: targets[2].name: must not contain `/` (a model written `target/model` \
+             pins a target)",
+        ]
+    );
+}
+
+#[test]
+fn provider_must_be_known() {
+    assert_eq!(
+        one_error("targets:\n  - name: a\n    provider: azure\n"),
+        "t.yaml:3:15: targets[0].provider: unknown value `azure`; expected one of `openai`, \
+         `anthropic`, `bedrock`"
+    );
+}
+
+#[test]
+fn bedrock_needs_region_or_base_url() {
+    assert_eq!(
+        one_error("targets:\n  - name: a\n    provider: bedrock\n"),
+        "t.yaml:2:5: targets[0].region: a bedrock target needs `region` or `baseUrl`"
+    );
+    let c =
+        load("targets:\n  - name: a\n    provider: bedrock\n    baseUrl: http://127.0.0.1:9001/\n")
+            .unwrap();
+    assert_eq!(
+        c.targets[0].base_url, "http://127.0.0.1:9001",
+        "trailing slash trimmed"
+    );
+}
+
+#[test]
+fn default_base_urls_for_openai_and_anthropic() {
+    let c = load(BASE).unwrap();
+    assert_eq!(c.targets[0].base_url, "https://api.openai.com/v1");
+    assert_eq!(c.targets[1].base_url, "https://api.anthropic.com");
+}
+
+#[test]
+fn base_url_must_be_http() {
+    assert_eq!(
+        one_error("targets:\n  - name: a\n    provider: openai\n    baseUrl: api.openai.com\n"),
+        "t.yaml:4:14: targets[0].baseUrl: `api.openai.com` is not an http:// or https:// URL"
+    );
+}
+
+#[test]
+fn connect_timeout_is_1_to_300000() {
+    assert_eq!(
+        one_error(
+            "targets:\n  - name: a\n    provider: openai\n    connectTimeoutMilliseconds: 0\n"
+        ),
+        "t.yaml:4:33: targets[0].connectTimeoutMilliseconds: must be between 1 and 300000 (got 0)"
+    );
+    assert_eq!(
+        one_error(
+            "targets:\n  - name: a\n    provider: openai\n    connectTimeoutMilliseconds: 300001\n"
+        ),
+        "t.yaml:4:33: targets[0].connectTimeoutMilliseconds: must be between 1 and 300000 (got \
+         300001)"
+    );
+}
+
+#[test]
+fn target_models_and_capabilities() {
+    assert_eq!(
+        one_error("targets:\n  - name: a\n    provider: openai\n    models: [\"gpt-*\", \"\"]\n"),
+        "t.yaml:4:23: targets[0].models[1]: must not be blank"
+    );
+    assert_eq!(
+        one_error("targets:\n  - name: a\n    provider: openai\n    models: []\n"),
+        "t.yaml:4:13: targets[0].models: empty list; omit `models` to let this target serve any \
+         model it is sent"
+    );
+    assert_eq!(
+        one_error(
+            "targets:\n  - name: a\n    provider: openai\n    capabilities: { contextWindow: 0 }\n"
+        ),
+        "t.yaml:4:36: targets[0].capabilities.contextWindow: must be greater than 0 (got 0)"
+    );
+}
+
+// ---- breaker knobs -----------------------------------------------------------------------------
+
+fn with_breaker(knobs: &str) -> String {
+    format!("{BASE}defaults:\n  circuitBreaker: {{ {knobs} }}\n")
+}
+
+#[test]
+fn breaker_knobs_in_range() {
+    let cases = [
+        (
+            "consecutiveFailures: 0",
+            "consecutiveFailures: must be at least 1 (got 0)",
+        ),
+        (
+            "openMilliseconds: 0",
+            "openMilliseconds: must be at least 1 (got 0)",
+        ),
+        (
+            "backoffMultiplier: 0.5",
+            "backoffMultiplier: must be at least 1.0 (got 0.5)",
+        ),
+        (
+            "halfOpenProbes: 0",
+            "halfOpenProbes: must be at least 1 (got 0)",
+        ),
+        (
+            "healthThreshold: 101",
+            "healthThreshold: must be between 0 and 100 (got 101)",
+        ),
+        (
+            "restoreHealth: -1",
+            "restoreHealth: must be between 0 and 100 (got -1)",
+        ),
+        (
+            "unhealthyCondition: \"\"",
+            "unhealthyCondition: must not be blank",
+        ),
+    ];
+    for (knob, message) in cases {
+        let col = "  circuitBreaker: { ".len() + knob.find(':').unwrap() + 3;
+        assert_eq!(
+            one_error(&with_breaker(knob)),
+            format!("t.yaml:7:{col}: defaults.circuitBreaker.{message}"),
+            "{knob}"
+        );
+    }
+}
+
+#[test]
+fn max_open_is_at_least_open() {
+    assert_eq!(
+        one_error(&with_breaker("openMilliseconds: 600000")),
+        "t.yaml:7:39: defaults.circuitBreaker.openMilliseconds: maxOpenMilliseconds (300000) \
+         must be at least openMilliseconds (600000)"
+    );
+    // A target's layer is checked against what it inherits.
+    let src =
+        "defaults:\n  circuitBreaker: { maxOpenMilliseconds: 60000 }\ntargets:\n  - name: a\n    \
+               provider: openai\n    circuitBreaker: { openMilliseconds: 90000 }\n";
+    assert_eq!(
+        one_error(src),
+        "t.yaml:6:41: targets[0].circuitBreaker.openMilliseconds: maxOpenMilliseconds (60000) \
+         must be at least openMilliseconds (90000)"
+    );
+}
+
+// ---- server ------------------------------------------------------------------------------------
+
+fn with_server(body: &str) -> String {
+    format!("{BASE}server:\n{body}")
+}
+
+#[test]
+fn listen_and_admin_are_socket_addresses_and_differ() {
+    assert_eq!(
+        one_error(&with_server("  listen: localhost:8080\n")),
+        "t.yaml:7:11: server.listen: `localhost:8080` is not a socket address (write IP:PORT, \
+         e.g. 127.0.0.1:8080)"
+    );
+    assert_eq!(
+        one_error(&with_server("  listen: 0.0.0.0:9090\n")),
+        "t.yaml:7:3: server.admin: the admin listener 127.0.0.1:9090 must differ from \
+         server.listen 0.0.0.0:9090"
+    );
+    assert_eq!(
+        one_error(&with_server(
+            "  listen: 127.0.0.1:7000\n  admin: 127.0.0.1:7000\n"
+        )),
+        "t.yaml:8:10: server.admin: the admin listener 127.0.0.1:7000 must differ from \
+         server.listen 127.0.0.1:7000"
+    );
+    assert!(load(&with_server(
+        "  listen: \"[::1]:7000\"\n  admin: 127.0.0.1:7000\n"
+    ))
+    .is_ok());
+    // An unparsable listen address is reported once, not also as a collision.
+    assert_eq!(
+        one_error(&with_server("  listen: nowhere\n  admin: 127.0.0.1:8080\n")),
+        "t.yaml:7:11: server.listen: `nowhere` is not a socket address (write IP:PORT, e.g. \
+         127.0.0.1:8080)"
+    );
+}
+
+#[test]
+fn server_sizes_and_timeouts_are_positive() {
+    let src = with_server(
+        "  maxRequestBytes: 0\n  requestTimeoutMilliseconds: 0\n  shutdownGraceMilliseconds: -5\n",
+    );
+    assert_eq!(
+        errors(&src),
+        vec![
+            "t.yaml:7:20: server.maxRequestBytes: must be greater than 0 (got 0)",
+            "t.yaml:8:31: server.requestTimeoutMilliseconds: must be greater than 0 (got 0)",
+            "t.yaml:9:30: server.shutdownGraceMilliseconds: must be greater than 0 (got -5)",
+        ]
+    );
+}
+
+#[test]
+fn server_enumerations() {
+    let src = with_server("  callerRetryHint: always\n  streamCommit: first_token\n");
+    assert_eq!(
+        errors(&src),
+        vec![
+            "t.yaml:7:20: server.callerRetryHint: unknown value `always`; expected one of `auto`, \
+             `off`",
+            "t.yaml:8:17: server.streamCommit: unknown value `first_token`; expected one of \
+             `firstToken`, `firstByte`",
+        ]
+    );
+}
+
+// ---- secrets and auth --------------------------------------------------------------------------
+
+#[test]
+fn env_secrets_must_exist_and_never_echo_values() {
+    let src = "server:\n  adminToken: env:NOPE\ntargets:\n  - name: a\n    provider: openai\n    \
+               apiKey: env:EMPTY_VAR\n  - name: b\n    provider: openai\n    apiKey: \"env:\"\n";
+    assert_eq!(
+        errors(src),
+        vec![
+            "t.yaml:2:15: server.adminToken: environment variable `NOPE` is not set",
+            "t.yaml:6:13: targets[0].apiKey: environment variable `EMPTY_VAR` is set but empty",
+            "t.yaml:9:13: targets[1].apiKey: `env:` needs a variable name, e.g. env:OPENAI_API_KEY",
+        ]
+    );
+}
+
+#[test]
+fn sha256_keys_are_64_hex_digits() {
+    let src = format!(
+        "{BASE}auth:\n  keys:\n    - principal: p\n      key: sha256:abc\n    - principal: q\n      \
+         key: sha256:{}\n",
+        "g".repeat(64)
+    );
+    let msg = "`sha256:` must be followed by 64 hex digits (the key's SHA-256)";
+    assert_eq!(
+        errors(&src),
+        vec![
+            format!("t.yaml:9:12: auth.keys[0].key: {msg}"),
+            format!("t.yaml:11:12: auth.keys[1].key: {msg}"),
+        ]
+    );
+}
+
+#[test]
+fn auth_keys_are_checked() {
+    assert_eq!(
+        one_error(&format!("{BASE}auth:\n  keys: []\n")),
+        "t.yaml:7:9: auth.keys: lists no keys; omit `auth` to run without authentication"
+    );
+    let src = format!(
+        "{BASE}auth:\n  keys:\n    - principal: \" \"\n      key: k\n      models: []\n      \
+         limits: {{ requestsPerMinute: 0 }}\n"
+    );
+    assert_eq!(
+        errors(&src),
+        vec![
+            "t.yaml:8:18: auth.keys[0].principal: must not be blank",
+            "t.yaml:10:15: auth.keys[0].models: an empty allow-list permits no model; omit \
+             `models` to allow every model",
+            "t.yaml:11:36: auth.keys[0].limits.requestsPerMinute: must be greater than 0 (got 0)",
+        ]
+    );
+}
+
+#[test]
+fn redis_url_is_a_redis_url() {
+    assert_eq!(
+        one_error(&format!("{BASE}state:\n  redis: {{ url: \"http://x\" }}\n")),
+        "t.yaml:7:17: state.redis.url: must start with redis://, rediss:// or unix://"
+    );
+}
+
+// ---- logging -----------------------------------------------------------------------------------
+
+#[test]
+fn logging_level_and_routing() {
+    assert_eq!(
+        one_error(&format!("{BASE}logging:\n  level: verbose\n")),
+        "t.yaml:7:10: logging.level: unknown value `verbose`; expected one of `trace`, `debug`, \
+         `info`, `warn`, `error`"
+    );
+    let c = load(&format!(
+        "{BASE}logging:\n  routing: /var/log/sidetrack.jsonl\n  level: debug\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        c.logging.routing,
+        RoutingSink::File("/var/log/sidetrack.jsonl".into())
+    );
+    assert_eq!(c.logging.level, "debug");
+    let c = load(&format!("{BASE}logging:\n  routing: \"off\"\n")).unwrap();
+    assert_eq!(c.logging.routing, RoutingSink::Off);
+    assert_eq!(
+        one_error(&format!("{BASE}logging:\n  routing: \"\"\n")),
+        "t.yaml:7:12: logging.routing: must be stdout, stderr, off or a file path"
+    );
+}
+
+// ---- structural errors -------------------------------------------------------------------------
+
+#[test]
+fn unknown_keys_point_at_the_key() {
+    let src = with_rules(
+        "  - priority: 1\n    routeToTarget:\n      staticRoute: { target: a }\n      \
+         fallback:\n        targetFallback: [ { target: b, tigger: x } ]\n",
+    );
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:11:40: rules[0].routeToTarget.fallback.targetFallback[0].tigger: unknown key; \
+         expected one of `target`, `model`, `triggerOn`, `firstByteTimeoutMilliseconds`"
+    );
+}
+
+#[test]
+fn wrong_types_point_at_the_value() {
+    assert_eq!(
+        one_error(&with_server("  watchConfig: sometimes\n")),
+        "t.yaml:7:16: server.watchConfig: invalid type: string \"sometimes\", expected a boolean"
+    );
+    assert_eq!(
+        one_error(&with_rules(&simple_rule("high"))),
+        "t.yaml:7:15: rules[0].priority: invalid type: string \"high\", expected i64"
+    );
+}
+
+#[test]
+fn yaml_syntax_errors_are_located() {
+    let e = one_error("targets:\n  - name: a\n   provider: openai\n");
+    assert!(e.starts_with("t.yaml:3:"), "{e}");
+    assert!(e.contains("YAML syntax error"), "{e}");
+}
