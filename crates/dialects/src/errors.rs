@@ -46,9 +46,11 @@ pub fn status_for_error_type(error_type: &str) -> u16 {
         "permission_error" => 403,
         "not_found_error" => 404,
         "request_too_large" => 413,
-        "rate_limit_error" | "rate_limit_exceeded" | "requests" | "tokens" | "insufficient_quota" => {
-            429
-        }
+        "rate_limit_error"
+        | "rate_limit_exceeded"
+        | "requests"
+        | "tokens"
+        | "insufficient_quota" => 429,
         "timeout_error" => 504,
         "service_unavailable_error" | "server_is_overloaded" | "slow_down" => 503,
         "overloaded_error" => 529,

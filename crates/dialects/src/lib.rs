@@ -57,7 +57,11 @@ pub enum StreamEvent {
     Metadata,
     /// An in-stream error event. `status` is what the error type corresponds to (e.g. 529 for
     /// `overloaded_error`); before commit it is classified as `Outcome::Status(status)`.
-    Error { status: u16, error_type: String, message: String },
+    Error {
+        status: u16,
+        error_type: String,
+        message: String,
+    },
     /// The dialect's explicit end of stream (`data: [DONE]` for OpenAI chat).
     Done,
 }

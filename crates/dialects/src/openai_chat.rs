@@ -76,7 +76,10 @@ pub fn classify_stream_event(ev: &SseEvent) -> StreamEvent {
     if data.starts_with("[DONE]") {
         return StreamEvent::Done;
     }
-    if ev.event.as_deref() == Some("error") || data.starts_with("{\"error\"") || data.contains("\"error\":{") {
+    if ev.event.as_deref() == Some("error")
+        || data.starts_with("{\"error\"")
+        || data.contains("\"error\":{")
+    {
         if let Ok(env) = serde_json::from_str::<ErrorEnvelope>(data) {
             let error_type = env
                 .error
@@ -116,7 +119,23 @@ pub fn stream_event_usage(ev: &SseEvent) -> Option<Usage> {
         return None;
     }
     let chunk: Chunk<'_> = serde_json::from_str(&ev.data).ok()?;
-    chunk.usage.map(|u| Usage { input_tokens: u.prompt_tokens, output_tokens: u.completion_tokens })
+    chunk.usage.map(|u| Usage {
+        input_tokens: u.prompt_tokens,
+        output_tokens: u.completion_tokens,
+    })
+}
+
+/// The text content carried by a whole OpenAI chat SSE body (for narration and tests).
+pub fn stream_text(sse: &str) -> String {
+    sse.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect()
 }
 
 /// Usage of a non-streamed response body.
@@ -126,7 +145,10 @@ pub fn response_usage(body: &[u8]) -> Option<Usage> {
         usage: Option<WireUsage>,
     }
     let r: Resp = serde_json::from_slice(body).ok()?;
-    r.usage.map(|u| Usage { input_tokens: u.prompt_tokens, output_tokens: u.completion_tokens })
+    r.usage.map(|u| Usage {
+        input_tokens: u.prompt_tokens,
+        output_tokens: u.completion_tokens,
+    })
 }
 
 fn error_json(error_type: &str, code: Option<&str>, message: &str) -> serde_json::Value {
@@ -165,24 +187,32 @@ mod tests {
     use super::*;
 
     fn ev(data: &str) -> SseEvent {
-        SseEvent { event: None, data: data.to_owned() }
+        SseEvent {
+            event: None,
+            data: data.to_owned(),
+        }
     }
 
     #[test]
     fn classifies_preamble_content_done_and_errors() {
         let role = r#"{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"finish_reason":null}]}"#;
         assert_eq!(classify_stream_event(&ev(role)), StreamEvent::Preamble);
-        let text = r#"{"id":"c","choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"#;
+        let text =
+            r#"{"id":"c","choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"#;
         assert_eq!(classify_stream_event(&ev(text)), StreamEvent::Content);
         let tool = r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"x"}]},"finish_reason":null}]}"#;
         assert_eq!(classify_stream_event(&ev(tool)), StreamEvent::Content);
         let fin = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
         assert_eq!(classify_stream_event(&ev(fin)), StreamEvent::Content);
-        let usage = r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}"#;
+        let usage =
+            r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}"#;
         assert_eq!(classify_stream_event(&ev(usage)), StreamEvent::Metadata);
         assert_eq!(
             stream_event_usage(&ev(usage)),
-            Some(Usage { input_tokens: 5, output_tokens: 2 })
+            Some(Usage {
+                input_tokens: 5,
+                output_tokens: 2
+            })
         );
         assert_eq!(classify_stream_event(&ev("[DONE]")), StreamEvent::Done);
         let err = r#"{"error":{"message":"Overloaded","type":"overloaded_error","param":null,"code":null}}"#;

@@ -52,7 +52,10 @@ pub enum ParseError {
     NotJson(String),
     NotAnObject,
     MissingModel,
-    BadField { field: &'static str, expected: &'static str },
+    BadField {
+        field: &'static str,
+        expected: &'static str,
+    },
 }
 
 impl fmt::Display for ParseError {
@@ -83,8 +86,11 @@ impl ParsedRequest {
             Err(e) => return Err(ParseError::NotJson(e.to_string())),
         };
         let raw_model = top.get("model").ok_or(ParseError::MissingModel)?;
-        let model: String = serde_json::from_str(raw_model.get())
-            .map_err(|_| ParseError::BadField { field: "model", expected: "a string" })?;
+        let model: String =
+            serde_json::from_str(raw_model.get()).map_err(|_| ParseError::BadField {
+                field: "model",
+                expected: "a string",
+            })?;
         if model.trim().is_empty() {
             return Err(ParseError::MissingModel);
         }
@@ -95,7 +101,12 @@ impl ParsedRequest {
             Some(raw) => match raw.get() {
                 "true" => true,
                 "false" | "null" => false,
-                _ => return Err(ParseError::BadField { field: "stream", expected: "a boolean" }),
+                _ => {
+                    return Err(ParseError::BadField {
+                        field: "stream",
+                        expected: "a boolean",
+                    })
+                }
             },
         };
         let tools = top
@@ -109,7 +120,14 @@ impl ParsedRequest {
             json_schema,
             estimated_prompt_tokens: (body.len() as u64) / 4,
         };
-        Ok(ParsedRequest { dialect, model, stream, features, body, model_span })
+        Ok(ParsedRequest {
+            dialect,
+            model,
+            stream,
+            features,
+            body,
+            model_span,
+        })
     }
 
     /// The original body as the caller sent it.
@@ -155,19 +173,34 @@ mod tests {
         let p = parse(src).unwrap();
         assert_eq!(p.model, "a\"b");
         let out = p.body_with_model("other");
-        assert_eq!(&out[..], br#"{"model":"other","messages":[],"metadata":{"model":"keep"}}"#);
+        assert_eq!(
+            &out[..],
+            br#"{"model":"other","messages":[],"metadata":{"model":"keep"}}"#
+        );
     }
 
     #[test]
     fn rejects_bad_bodies_with_reasons() {
         assert!(matches!(parse("{"), Err(ParseError::NotJson(_))));
         assert_eq!(parse("[1]").unwrap_err(), ParseError::NotAnObject);
-        assert_eq!(parse(r#"{"messages":[]}"#).unwrap_err(), ParseError::MissingModel);
-        assert_eq!(parse(r#"{"model":" "}"#).unwrap_err(), ParseError::MissingModel);
-        assert!(matches!(parse(r#"{"model":1}"#), Err(ParseError::BadField { field: "model", .. })));
+        assert_eq!(
+            parse(r#"{"messages":[]}"#).unwrap_err(),
+            ParseError::MissingModel
+        );
+        assert_eq!(
+            parse(r#"{"model":" "}"#).unwrap_err(),
+            ParseError::MissingModel
+        );
+        assert!(matches!(
+            parse(r#"{"model":1}"#),
+            Err(ParseError::BadField { field: "model", .. })
+        ));
         assert!(matches!(
             parse(r#"{"model":"m","stream":"yes"}"#),
-            Err(ParseError::BadField { field: "stream", .. })
+            Err(ParseError::BadField {
+                field: "stream",
+                ..
+            })
         ));
     }
 

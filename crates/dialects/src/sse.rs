@@ -39,7 +39,9 @@ impl SseDecoder {
     /// The next complete event, if one has fully arrived.
     pub fn next_event(&mut self) -> Option<SseEvent> {
         loop {
-            let nl = self.buf[self.scanned..].iter().position(|b| *b == b'\n' || *b == b'\r');
+            let nl = self.buf[self.scanned..]
+                .iter()
+                .position(|b| *b == b'\n' || *b == b'\r');
             let Some(rel) = nl else {
                 self.scanned = self.buf.len();
                 return None;
@@ -131,9 +133,18 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                SseEvent { event: Some("message_start".into()), data: "{\"a\":1}".into() },
-                SseEvent { event: None, data: "x\ny".into() },
-                SseEvent { event: None, data: "[DONE]".into() },
+                SseEvent {
+                    event: Some("message_start".into()),
+                    data: "{\"a\":1}".into()
+                },
+                SseEvent {
+                    event: None,
+                    data: "x\ny".into()
+                },
+                SseEvent {
+                    event: None,
+                    data: "[DONE]".into()
+                },
             ]
         );
         assert_eq!(d.buffered_len(), 0);

@@ -22,11 +22,16 @@ pub struct Principal {
 
 impl Principal {
     pub fn anonymous() -> Principal {
-        Principal { name: ANONYMOUS.to_owned(), models: None }
+        Principal {
+            name: ANONYMOUS.to_owned(),
+            models: None,
+        }
     }
 
     pub fn may_use(&self, model: &str) -> bool {
-        self.models.as_ref().is_none_or(|globs| globs.iter().any(|g| glob_match(g, model)))
+        self.models
+            .as_ref()
+            .is_none_or(|globs| globs.iter().any(|g| glob_match(g, model)))
     }
 }
 
@@ -45,7 +50,9 @@ pub struct KeyTable {
 
 impl KeyTable {
     pub fn new(auth: Option<&Auth>) -> KeyTable {
-        let Some(auth) = auth else { return KeyTable::default() };
+        let Some(auth) = auth else {
+            return KeyTable::default();
+        };
         let by_digest = auth
             .keys
             .iter()
@@ -54,10 +61,19 @@ impl KeyTable {
                     KeyMatch::Plain(secret) => Sha256::digest(secret.expose().as_bytes()).into(),
                     KeyMatch::Sha256(d) => *d,
                 };
-                (digest, Principal { name: k.principal.clone(), models: k.models.clone() })
+                (
+                    digest,
+                    Principal {
+                        name: k.principal.clone(),
+                        models: k.models.clone(),
+                    },
+                )
             })
             .collect();
-        KeyTable { enabled: true, by_digest }
+        KeyTable {
+            enabled: true,
+            by_digest,
+        }
     }
 
     /// The principal for a request: `Authorization: Bearer <key>` or `x-api-key: <key>`.
@@ -67,16 +83,26 @@ impl KeyTable {
         }
         let key = presented_key(headers).ok_or(AuthError::Missing)?;
         let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
-        self.by_digest.get(&digest).cloned().ok_or(AuthError::Invalid)
+        self.by_digest
+            .get(&digest)
+            .cloned()
+            .ok_or(AuthError::Invalid)
     }
 }
 
 fn presented_key(headers: &HeaderMap) -> Option<&str> {
-    if let Some(v) = headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
+    if let Some(v) = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    {
         let v = v.trim();
         if v.len() > 7 && v[..7].eq_ignore_ascii_case("bearer ") {
             return Some(v[7..].trim());
         }
     }
-    headers.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim).filter(|s| !s.is_empty())
+    headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
 }

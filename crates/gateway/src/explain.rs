@@ -13,9 +13,15 @@ const DEFAULT_CONNECT_MS: u128 = 5000;
 
 pub fn explain(cfg: &Config, model: &str, principal: &str, dialect: &str) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "request: model `{model}`, principal `{principal}`, dialect {dialect}");
+    let _ = writeln!(
+        out,
+        "request: model `{model}`, principal `{principal}`, dialect {dialect}"
+    );
     if let Some(plan) = routing::pinned(cfg, model) {
-        let _ = writeln!(out, "route: PINNED (`target/model` names the target; rules are not consulted)");
+        let _ = writeln!(
+            out,
+            "route: PINNED (`target/model` names the target; rules are not consulted)"
+        );
         for hop in &plan.hops {
             for d in &hop.destinations {
                 write_hop(&mut out, 0, d.target, &d.model, &hop.policy, false);
@@ -24,13 +30,24 @@ pub fn explain(cfg: &Config, model: &str, principal: &str, dialect: &str) -> Str
         return out;
     }
     if let Some(rule) = find_rule(cfg, model, principal) {
-        let _ = writeln!(out, "route: RULE `{}` (priority {}, rules[{}])", rule.name, rule.priority, rule.index);
+        let _ = writeln!(
+            out,
+            "route: RULE `{}` (priority {}, rules[{}])",
+            rule.name, rule.priority, rule.index
+        );
         match &rule.route {
             Route::Static(s) => write_static(&mut out, cfg, s, model, ""),
             Route::PriorityGroups(groups) => {
-                let _ = writeln!(out, "  priority groups: each group is one hop; members are load-balanced");
+                let _ = writeln!(
+                    out,
+                    "  priority groups: each group is one hop; members are load-balanced"
+                );
                 for (i, g) in groups.iter().enumerate() {
-                    let _ = writeln!(out, "  hop {i} (priority group of {}):", g.destinations.len());
+                    let _ = writeln!(
+                        out,
+                        "  hop {i} (priority group of {}):",
+                        g.destinations.len()
+                    );
                     for d in &g.destinations {
                         if let Some((t, m)) = resolve_dest(cfg, d, model) {
                             write_hop(&mut out, i, t, &m, &g.policy, true);
@@ -44,7 +61,11 @@ pub fn explain(cfg: &Config, model: &str, principal: &str, dialect: &str) -> Str
                     let _ = writeln!(out, "  stickiness: same `{h}` header value → same leg");
                 }
                 for (i, leg) in w.legs.iter().enumerate() {
-                    let _ = writeln!(out, "  leg {i}: weight {}/{} — walks its own chain:", leg.weight, total);
+                    let _ = writeln!(
+                        out,
+                        "  leg {i}: weight {}/{} — walks its own chain:",
+                        leg.weight, total
+                    );
                     write_static(&mut out, cfg, &leg.route, model, "  ");
                 }
             }
@@ -71,10 +92,17 @@ pub fn explain(cfg: &Config, model: &str, principal: &str, dialect: &str) -> Str
 }
 
 fn default_policy() -> HopPolicy {
-    HopPolicy { triggers: sidetrack_resilience::Triggers::default_set(), first_byte_timeout: None }
+    HopPolicy {
+        triggers: sidetrack_resilience::Triggers::default_set(),
+        first_byte_timeout: None,
+    }
 }
 
-fn resolve_dest<'a>(cfg: &'a Config, d: &DestinationRef, model: &str) -> Option<(&'a Target, String)> {
+fn resolve_dest<'a>(
+    cfg: &'a Config,
+    d: &DestinationRef,
+    model: &str,
+) -> Option<(&'a Target, String)> {
     let t = cfg.target(&d.target)?;
     Some((t, d.model.clone().unwrap_or_else(|| model.to_owned())))
 }
@@ -106,9 +134,17 @@ fn write_hop(out: &mut String, hop: usize, t: &Target, model: &str, p: &HopPolic
         model,
         t.provider.as_str(),
         t.base_url,
-        if serves { "" } else { "  ← target does not list this model: UNROUTABLE" }
+        if serves {
+            ""
+        } else {
+            "  ← target does not list this model: UNROUTABLE"
+        }
     );
-    let inherit = if in_rule && hop > 0 { "; nothing is inherited from earlier hops" } else { "" };
+    let inherit = if in_rule && hop > 0 {
+        "; nothing is inherited from earlier hops"
+    } else {
+        ""
+    };
     let trig_note = if p.triggers.is_default() {
         format!("default — this hop has no triggerOn{inherit}")
     } else {
@@ -117,20 +153,41 @@ fn write_hop(out: &mut String, hop: usize, t: &Target, model: &str, p: &HopPolic
     let _ = writeln!(out, "        triggerOn: {}  [{trig_note}]", p.triggers);
     match p.first_byte_timeout {
         Some(d) => {
-            let _ = writeln!(out, "        firstByteTimeoutMilliseconds: {}  [written]", d.as_millis());
+            let _ = writeln!(
+                out,
+                "        firstByteTimeoutMilliseconds: {}  [written]",
+                d.as_millis()
+            );
         }
         None => {
-            let _ = writeln!(out, "        firstByteTimeoutMilliseconds: none  [default{inherit}]");
+            let _ = writeln!(
+                out,
+                "        firstByteTimeoutMilliseconds: none  [default{inherit}]"
+            );
         }
     }
     let c = t.connect_timeout.as_millis();
-    let c_note = if c == DEFAULT_CONNECT_MS { "default" } else { "target setting" };
+    let c_note = if c == DEFAULT_CONNECT_MS {
+        "default"
+    } else {
+        "target setting"
+    };
     let _ = writeln!(out, "        connectTimeoutMilliseconds: {c}  [{c_note}]");
-    let _ = writeln!(out, "        circuitBreaker: {}", breaker(&t.circuit_breaker));
+    let _ = writeln!(
+        out,
+        "        circuitBreaker: {}",
+        breaker(&t.circuit_breaker)
+    );
 }
 
 fn breaker(b: &BreakerPolicy) -> String {
-    let mark = |name: &str| if b.overridden.contains(&name) { "" } else { "*" };
+    let mark = |name: &str| {
+        if b.overridden.contains(&name) {
+            ""
+        } else {
+            "*"
+        }
+    };
     let mut s = format!(
         "consecutiveFailures {}{}, openMilliseconds {}{}, backoffMultiplier {}{}, maxOpenMilliseconds {}{}, halfOpenProbes {}{}, honorRetryAfter {}{}",
         b.consecutive_failures,

@@ -42,7 +42,12 @@ pub struct Dest<'a> {
 impl Dest<'_> {
     /// Does the target declare the model? A target without `models` serves whatever it is sent.
     pub fn target_serves_model(&self) -> bool {
-        self.target.models.is_empty() || self.target.models.iter().any(|g| glob_match(g, &self.model))
+        self.target.models.is_empty()
+            || self
+                .target
+                .models
+                .iter()
+                .any(|g| glob_match(g, &self.model))
     }
 }
 
@@ -79,9 +84,16 @@ pub struct Picker {
 }
 
 impl Picker {
+    /// A well-spread number in `0..n` (n > 0).
+    pub fn below(&self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
     fn next(&self) -> u64 {
         // splitmix64 over a counter: cheap, uncontended beyond one atomic add, well spread.
-        let mut z = self.counter.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
+        let mut z = self
+            .counter
+            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
@@ -89,7 +101,10 @@ impl Picker {
 }
 
 fn default_policy() -> HopPolicy {
-    HopPolicy { triggers: Triggers::default_set(), first_byte_timeout: None }
+    HopPolicy {
+        triggers: Triggers::default_set(),
+        first_byte_timeout: None,
+    }
 }
 
 fn matcher_matches(m: &Matcher, value: &str) -> bool {
@@ -105,17 +120,29 @@ fn dest<'a>(cfg: &'a Config, r: &'a DestinationRef, caller_model: &str) -> Optio
         Some(m) => Cow::Borrowed(m.as_str()),
         None => Cow::Owned(caller_model.to_owned()),
     };
-    Some(Dest { target_index, target: &cfg.targets[target_index], model })
+    Some(Dest {
+        target_index,
+        target: &cfg.targets[target_index],
+        model,
+    })
 }
 
 fn static_hops<'a>(cfg: &'a Config, route: &'a StaticRoute, model: &str) -> Vec<Hop<'a>> {
     let mut hops = Vec::with_capacity(1 + route.fallbacks.len());
     if let Some(d) = dest(cfg, &route.primary, model) {
-        hops.push(Hop { index: 0, destinations: vec![d], policy: Cow::Borrowed(&route.primary_policy) });
+        hops.push(Hop {
+            index: 0,
+            destinations: vec![d],
+            policy: Cow::Borrowed(&route.primary_policy),
+        });
     }
     for (i, fb) in route.fallbacks.iter().enumerate() {
         if let Some(d) = dest(cfg, &fb.destination, model) {
-            hops.push(Hop { index: i + 1, destinations: vec![d], policy: Cow::Borrowed(&fb.policy) });
+            hops.push(Hop {
+                index: i + 1,
+                destinations: vec![d],
+                policy: Cow::Borrowed(&fb.policy),
+            });
         }
     }
     hops
@@ -146,7 +173,12 @@ pub fn resolve<'a>(cfg: &'a Config, input: &RouteInput<'_>, picker: &Picker) -> 
                 (hops, BreakerMode::Enabled, None)
             }
             Route::Weighted(w) => {
-                let total: u64 = w.legs.iter().map(|l| u64::from(l.weight)).sum::<u64>().max(1);
+                let total: u64 = w
+                    .legs
+                    .iter()
+                    .map(|l| u64::from(l.weight))
+                    .sum::<u64>()
+                    .max(1);
                 let roll = match input.sticky {
                     Some(v) => {
                         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -165,7 +197,11 @@ pub fn resolve<'a>(cfg: &'a Config, input: &RouteInput<'_>, picker: &Picker) -> 
                     }
                 }
                 let leg = &w.legs[chosen];
-                (static_hops(cfg, &leg.route, input.model), leg.route.breaker_mode, Some(chosen))
+                (
+                    static_hops(cfg, &leg.route, input.model),
+                    leg.route.breaker_mode,
+                    Some(chosen),
+                )
             }
         };
         return Some(Plan {
@@ -180,10 +216,19 @@ pub fn resolve<'a>(cfg: &'a Config, input: &RouteInput<'_>, picker: &Picker) -> 
 }
 
 /// The first rule (ascending priority) whose conditions all match.
-pub fn find_rule<'a>(cfg: &'a Config, model: &str, principal: &str) -> Option<&'a sidetrack_config::Rule> {
+pub fn find_rule<'a>(
+    cfg: &'a Config,
+    model: &str,
+    principal: &str,
+) -> Option<&'a sidetrack_config::Rule> {
     cfg.rules.iter().find(|rule| {
-        rule.match_models.as_ref().is_none_or(|m| matcher_matches(m, model))
-            && rule.match_principals.as_ref().is_none_or(|m| matcher_matches(m, principal))
+        rule.match_models
+            .as_ref()
+            .is_none_or(|m| matcher_matches(m, model))
+            && rule
+                .match_principals
+                .as_ref()
+                .is_none_or(|m| matcher_matches(m, principal))
     })
 }
 
@@ -194,32 +239,28 @@ pub fn pinned<'a>(cfg: &'a Config, model: &str) -> Option<Plan<'a>> {
     if rest.is_empty() {
         return None;
     }
-    Some(Plan {
-        rule: None,
-        match_type: MatchType::Pinned,
-        breaker_mode: BreakerMode::Enabled,
-        hops: vec![Hop {
-            index: 0,
-            destinations: vec![Dest {
-                target_index,
-                target: &cfg.targets[target_index],
-                model: Cow::Owned(rest.to_owned()),
-            }],
-            policy: Cow::Owned(default_policy()),
-        }],
-        leg: None,
-    })
+    Some(single_hop(cfg, MatchType::Pinned, target_index, rest))
 }
 
 /// Default routing: the targets whose `models` match; an exact entry beats a glob; round-robin
 /// among equals. Targets without `models` take no part.
 pub fn default_route<'a>(cfg: &'a Config, model: &str, picker: &Picker) -> Option<Plan<'a>> {
     let exact: Vec<usize> = (0..cfg.targets.len())
-        .filter(|&i| cfg.targets[i].models.iter().any(|g| !is_glob(g) && g == model))
+        .filter(|&i| {
+            cfg.targets[i]
+                .models
+                .iter()
+                .any(|g| !is_glob(g) && g == model)
+        })
         .collect();
     let candidates = if exact.is_empty() {
         (0..cfg.targets.len())
-            .filter(|&i| cfg.targets[i].models.iter().any(|g| is_glob(g) && glob_match(g, model)))
+            .filter(|&i| {
+                cfg.targets[i]
+                    .models
+                    .iter()
+                    .any(|g| is_glob(g) && glob_match(g, model))
+            })
             .collect()
     } else {
         exact
@@ -228,9 +269,19 @@ pub fn default_route<'a>(cfg: &'a Config, model: &str, picker: &Picker) -> Optio
         return None;
     }
     let target_index = candidates[(picker.next() % candidates.len() as u64) as usize];
-    Some(Plan {
+    Some(single_hop(cfg, MatchType::Default, target_index, model))
+}
+
+/// A one-hop plan with the default triggers and no first-byte timeout (pinned and default routing).
+fn single_hop<'a>(
+    cfg: &'a Config,
+    match_type: MatchType,
+    target_index: usize,
+    model: &str,
+) -> Plan<'a> {
+    Plan {
         rule: None,
-        match_type: MatchType::Default,
+        match_type,
         breaker_mode: BreakerMode::Enabled,
         hops: vec![Hop {
             index: 0,
@@ -242,13 +293,17 @@ pub fn default_route<'a>(cfg: &'a Config, model: &str, picker: &Picker) -> Optio
             policy: Cow::Owned(default_policy()),
         }],
         leg: None,
-    })
+    }
 }
 
 /// Models a principal can name, for `GET /v1/models`: literal (non-glob) entries of targets'
 /// `models` and of rules' `matchModels` whose principal conditions admit it, filtered by the
 /// principal's allow-list.
-pub fn listed_models(cfg: &Config, principal: &str, allow: Option<&[String]>) -> Vec<(String, String)> {
+pub fn listed_models(
+    cfg: &Config,
+    principal: &str,
+    allow: Option<&[String]>,
+) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
     let mut push = |id: &str, owner: &str| {
         if is_glob(id) || out.iter().any(|(m, _)| m == id) {
@@ -260,7 +315,11 @@ pub fn listed_models(cfg: &Config, principal: &str, allow: Option<&[String]>) ->
         out.push((id.to_owned(), owner.to_owned()));
     };
     for rule in &cfg.rules {
-        if rule.match_principals.as_ref().is_some_and(|m| !matcher_matches(m, principal)) {
+        if rule
+            .match_principals
+            .as_ref()
+            .is_some_and(|m| !matcher_matches(m, principal))
+        {
             continue;
         }
         if let Some(m) = &rule.match_models {

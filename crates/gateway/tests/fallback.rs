@@ -26,7 +26,10 @@ async fn no_rule_healthy_upstream_is_served_by_primary_in_one_attempt() {
     let env = start(ONE_TARGET, MockConfig::default()).await;
     let r = env.chat("m-healthy", false).await;
     assert_eq!(r.status, 200);
-    assert_eq!(r.json()["choices"][0]["message"]["content"], "hello from m-healthy");
+    assert_eq!(
+        r.json()["choices"][0]["message"]["content"],
+        "hello from m-healthy"
+    );
     assert_eq!(r.header("x-sidetrack-served-by"), Some("up/m-healthy"));
     assert_eq!(r.header("x-sidetrack-attempts"), Some("1"));
     assert_eq!(r.header("x-sidetrack-fallback-hop"), Some("0"));
@@ -37,7 +40,10 @@ async fn no_rule_healthy_upstream_is_served_by_primary_in_one_attempt() {
     assert_eq!(rec.outcome, "SERVED");
     assert_eq!(rec.attempts.len(), 1);
     assert_eq!(rec.attempts[0].outcome, "SUCCESS");
-    assert!(rec.usage.is_some_and(|u| u.output_tokens > 0), "usage is read from the response");
+    assert!(
+        rec.usage.is_some_and(|u| u.output_tokens > 0),
+        "usage is read from the response"
+    );
     assert_eq!(env.hits("m-healthy"), 1);
 }
 
@@ -55,12 +61,23 @@ const PRIMARY_400: &str = r#"
 
 #[tokio::test]
 async fn a_400_is_not_a_default_trigger_and_passes_through_unchanged() {
-    let env = start(&with_rules(&PRIMARY_400.replace("TRIGGERS", "")), behaviours(&[("m-bad", status(400))])).await;
+    let env = start(
+        &with_rules(&PRIMARY_400.replace("TRIGGERS", "")),
+        behaviours(&[("m-bad", status(400))]),
+    )
+    .await;
     let r = env.chat("ask", false).await;
     assert_eq!(r.status, 400);
     let direct = r.json();
-    assert_eq!(direct["error"]["type"], "invalid_request_error", "the upstream body, unchanged");
-    assert_eq!(r.header("x-should-retry"), None, "a single-hop error carries no retry hint");
+    assert_eq!(
+        direct["error"]["type"], "invalid_request_error",
+        "the upstream body, unchanged"
+    );
+    assert_eq!(
+        r.header("x-should-retry"),
+        None,
+        "a single-hop error carries no retry hint"
+    );
     let rec = env.record(1).await;
     assert_eq!(rec.reason, "servedByPrimary");
     assert_eq!(rec.outcome, "ERROR");
@@ -71,10 +88,17 @@ async fn a_400_is_not_a_default_trigger_and_passes_through_unchanged() {
 #[tokio::test]
 async fn written_trigger_on_4xx_moves_on_to_the_fallback() {
     let triggers = r#"triggerOn: { statusCodes: ["4XX", "5XX"], errors: [CONNECTION_ERROR, FIRST_BYTE_TIMEOUT, UNROUTABLE] }"#;
-    let env = start(&with_rules(&PRIMARY_400.replace("TRIGGERS", triggers)), behaviours(&[("m-bad", status(400))])).await;
+    let env = start(
+        &with_rules(&PRIMARY_400.replace("TRIGGERS", triggers)),
+        behaviours(&[("m-bad", status(400))]),
+    )
+    .await;
     let r = env.chat("ask", false).await;
     assert_eq!(r.status, 200);
-    assert_eq!(r.json()["choices"][0]["message"]["content"], "hello from m-good");
+    assert_eq!(
+        r.json()["choices"][0]["message"]["content"],
+        "hello from m-good"
+    );
     assert_eq!(r.header("x-sidetrack-fallback-hop"), Some("1"));
     let rec = env.record(1).await;
     assert_eq!(rec.reason, "servedViaFallbackHop:1");
@@ -106,8 +130,15 @@ async fn triggers_are_not_inherited_by_fallback_hops() {
     let rec = env.record(1).await;
     assert_eq!(Env::route(&rec), ["up/m-p", "up/m-f1"]);
     assert_eq!(rec.reason, "servedViaFallbackHop:1");
-    assert_eq!((env.hits("m-p"), env.hits("m-f1"), env.hits("m-f2")), (1, 1, 0));
-    assert_eq!(r.header("x-should-retry"), Some("false"), "two hops walked: the SDK must not multiply them");
+    assert_eq!(
+        (env.hits("m-p"), env.hits("m-f1"), env.hits("m-f2")),
+        (1, 1, 0)
+    );
+    assert_eq!(
+        r.header("x-should-retry"),
+        Some("false"),
+        "two hops walked: the SDK must not multiply them"
+    );
 
     // Writing 4XX on fallback 1 lets the walk reach fallback 2.
     let fb1 = r#", triggerOn: { statusCodes: ["4XX"] }"#;
@@ -118,11 +149,17 @@ async fn triggers_are_not_inherited_by_fallback_hops() {
     assert_eq!(Env::route(&rec), ["up/m-p", "up/m-f1", "up/m-f2"]);
     assert_eq!(rec.reason, "servedViaFallbackHop:2");
     assert_eq!(r.header("x-sidetrack-attempts"), Some("3"));
-    assert_eq!((env.hits("m-p"), env.hits("m-f1"), env.hits("m-f2")), (1, 1, 1));
+    assert_eq!(
+        (env.hits("m-p"), env.hits("m-f1"), env.hits("m-f2")),
+        (1, 1, 1)
+    );
 }
 
 fn stalled(ms: u64) -> Behaviour {
-    Behaviour { first_byte_delay_milliseconds: Some(ms), ..Behaviour::default() }
+    Behaviour {
+        first_byte_delay_milliseconds: Some(ms),
+        ..Behaviour::default()
+    }
 }
 
 const STALL_RULE: &str = r#"
@@ -145,12 +182,18 @@ async fn first_byte_timeout_moves_on_quickly() {
     let r = env.chat("ask", false).await;
     let took = t0.elapsed();
     assert_eq!(r.status, 200);
-    assert!(took < Duration::from_secs(1), "fell back after the 50 ms timeout, took {took:?}");
+    assert!(
+        took < Duration::from_secs(1),
+        "fell back after the 50 ms timeout, took {took:?}"
+    );
     let rec = env.record(1).await;
     assert_eq!(Env::route(&rec), ["up/m-slow", "up/m-fast"]);
     assert_eq!(rec.attempts[0].outcome, "FIRST_BYTE_TIMEOUT");
     assert_eq!(rec.attempts[0].error_kind, Some("FIRST_BYTE_TIMEOUT"));
-    assert_eq!(rec.attempts[0].detail.as_deref(), Some("firstByteTimeoutMilliseconds"));
+    assert_eq!(
+        rec.attempts[0].detail.as_deref(),
+        Some("firstByteTimeoutMilliseconds")
+    );
     assert_eq!(rec.reason, "servedViaFallbackHop:1");
     assert_eq!((env.hits("m-slow"), env.hits("m-fast")), (1, 1));
 }
@@ -163,7 +206,10 @@ async fn without_a_first_byte_timeout_the_caller_waits_for_the_primary() {
     let r = env.chat("ask", false).await;
     assert!(t0.elapsed() >= Duration::from_millis(1_200));
     assert_eq!(r.status, 200);
-    assert_eq!(r.json()["choices"][0]["message"]["content"], "hello from m-slow");
+    assert_eq!(
+        r.json()["choices"][0]["message"]["content"],
+        "hello from m-slow"
+    );
     let rec = env.record(1).await;
     assert_eq!(rec.reason, "servedByPrimary");
     assert_eq!((env.hits("m-slow"), env.hits("m-fast")), (1, 0));
@@ -212,7 +258,10 @@ async fn upstream_dying_mid_stream_reaches_the_sdk_as_an_api_error_without_done(
     let out = run_sdk("openai_chat.py", &["stream", &env.gw.base_url(), "m-cut"]).await;
     assert_eq!(out["error"]["class"], "APIError", "{out}");
     assert_eq!(out["error"]["is_status_error"], false);
-    assert_eq!(out["text"], "one two three", "exactly the 3 chunks sent before the cut");
+    assert_eq!(
+        out["text"], "one two three",
+        "exactly the 3 chunks sent before the cut"
+    );
     assert!(env.record(2).await.mid_stream_error);
     assert_eq!(env.hits("m-cut"), 2, "no fallback after commit");
 }
@@ -246,7 +295,10 @@ async fn error_event_before_first_token_falls_back_with_first_token_commit() {
     assert_eq!(r.status, 200);
     assert_eq!(common::streamed_text(&r.body), "hello from m-ok");
     assert!(r.body.trim_end().ends_with("data: [DONE]"));
-    assert!(!r.body.contains("overloaded_error"), "nothing of the failed attempt reached the caller");
+    assert!(
+        !r.body.contains("overloaded_error"),
+        "nothing of the failed attempt reached the caller"
+    );
     let rec = env.record(1).await;
     assert_eq!(Env::route(&rec), ["up/m-late", "up/m-ok"]);
     assert_eq!(rec.attempts[0].outcome, "STATUS");
@@ -258,7 +310,10 @@ async fn error_event_before_first_token_falls_back_with_first_token_commit() {
 
 #[tokio::test]
 async fn error_event_before_first_token_reaches_the_caller_with_first_byte_commit() {
-    let yaml = format!("server:\n  streamCommit: firstByte\n{}", with_rules(LATE_ERROR_RULE));
+    let yaml = format!(
+        "server:\n  streamCommit: firstByte\n{}",
+        with_rules(LATE_ERROR_RULE)
+    );
     let env = start(&yaml, overloaded_late()).await;
     let r = env.chat("ask", true).await;
     assert_eq!(r.status, 200);
@@ -318,17 +373,63 @@ async fn exhausted_chain_is_not_retried_by_the_openai_sdk() {
 "#;
     let env = start(
         &with_rules(rules),
-        behaviours(&[("m-a", status(503)), ("m-b", status(503)), ("m-c", status(503))]),
+        behaviours(&[
+            ("m-a", status(503)),
+            ("m-b", status(503)),
+            ("m-c", status(503)),
+        ]),
     )
     .await;
     let out = run_sdk("openai_chat.py", &["complete", &env.gw.base_url(), "ask"]).await;
     assert_eq!(out["error"]["class"], "InternalServerError", "{out}");
     assert_eq!(out["error"]["status"], 503);
     // One attempt per hop: the SDK (max_retries=2) obeyed x-should-retry: false.
-    assert_eq!((env.hits("m-a"), env.hits("m-b"), env.hits("m-c")), (1, 1, 1));
+    assert_eq!(
+        (env.hits("m-a"), env.hits("m-b"), env.hits("m-c")),
+        (1, 1, 1)
+    );
     let rec = env.record(1).await;
     assert_eq!(rec.reason, "chainExhausted");
     assert_eq!(rec.status, 503);
     assert_eq!(Env::route(&rec), ["up/m-a", "up/m-b", "up/m-c"]);
-    assert_eq!(env.log.records().len(), 1, "the gateway saw exactly one request");
+    assert_eq!(
+        env.log.records().len(),
+        1,
+        "the gateway saw exactly one request"
+    );
+}
+
+#[tokio::test]
+async fn priority_groups_rotate_members_and_fall_to_the_next_group() {
+    let rules = r#"
+  - name: tiers
+    priority: 10
+    matchModels: ["fast"]
+    routeToTarget:
+      priorityGroups:
+        - destinations: [ { target: up, model: m-g1a }, { target: up, model: m-g1b } ]
+        - destinations: [ { target: up, model: m-g2 } ]
+"#;
+    let env = start(&with_rules(rules), behaviours(&[("m-g1b", status(503))])).await;
+    for _ in 0..40 {
+        assert_eq!(env.chat("fast", false).await.status, 200);
+    }
+    let (a, b, g2) = (env.hits("m-g1a"), env.hits("m-g1b"), env.hits("m-g2"));
+    assert_eq!(a + b, 40, "every request tries group 1 once");
+    assert!(
+        a > 0 && b > 0,
+        "both members of group 1 get traffic: {a}/{b}"
+    );
+    assert_eq!(
+        g2, b,
+        "each failure of m-g1b is served by group 2 in the same request"
+    );
+    let recs = env.log.wait_for(40, Duration::from_secs(5)).await;
+    assert!(recs.iter().all(|r| r.status == 200));
+    assert_eq!(
+        recs.iter()
+            .filter(|r| r.reason == "servedViaFallbackHop:1")
+            .count() as u64,
+        b
+    );
 }

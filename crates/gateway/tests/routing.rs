@@ -72,10 +72,16 @@ async fn match_principals_selects_the_rule_and_the_pinned_model_is_sent() {
     assert_eq!(r.status, 200);
     assert_eq!(r.header("x-sidetrack-served-by"), Some("beta/pinned-for-a"));
     let sent = env.mock.last_request("pinned-for-a").unwrap();
-    assert_eq!(sent["body"]["model"], "pinned-for-a", "only the model is rewritten");
+    assert_eq!(
+        sent["body"]["model"], "pinned-for-a",
+        "only the model is rewritten"
+    );
     assert_eq!(sent["body"]["messages"][0]["content"], "hi");
     let rec = env.record(1).await;
-    assert_eq!((rec.rule_name.as_deref(), rec.match_type), (Some("team-a-only"), Some("RULE")));
+    assert_eq!(
+        (rec.rule_name.as_deref(), rec.match_type),
+        (Some("team-a-only"), Some("RULE"))
+    );
     assert_eq!(rec.principal, "team-a");
 
     // team-b does not match the rule's principals: default routing to alpha.
@@ -106,7 +112,10 @@ async fn allow_list_denies_other_models_with_403() {
     let r = chat_as(&env, "key-b", "claude-x").await;
     assert_eq!(r.status, 403);
     assert_eq!(r.json()["error"]["type"], "permission_error");
-    assert_eq!(env.record(1).await.reason, "gatewayRejected:modelNotAllowed");
+    assert_eq!(
+        env.record(1).await.reason,
+        "gatewayRejected:modelNotAllowed"
+    );
     assert_eq!(env.mock.total_hits(), 0);
 }
 
@@ -116,12 +125,18 @@ async fn default_routing_prefers_exact_entries_and_target_slash_model_pins() {
     // alpha lists `shared-model` exactly; beta only by glob.
     for _ in 0..3 {
         let r = chat_as(&env, "key-a", "shared-model").await;
-        assert_eq!(r.header("x-sidetrack-served-by"), Some("alpha/shared-model"));
+        assert_eq!(
+            r.header("x-sidetrack-served-by"),
+            Some("alpha/shared-model")
+        );
     }
     let r = chat_as(&env, "key-a", "beta/shared-model").await;
     assert_eq!(r.header("x-sidetrack-served-by"), Some("beta/shared-model"));
     assert_eq!(env.record(4).await.match_type, Some("PINNED"));
-    assert_eq!(env.mock.last_request("shared-model").unwrap()["body"]["model"], "shared-model");
+    assert_eq!(
+        env.mock.last_request("shared-model").unwrap()["body"]["model"],
+        "shared-model"
+    );
 }
 
 #[tokio::test]
@@ -135,7 +150,10 @@ async fn inference_prefix_serves_the_same_api() {
         )
         .await;
     assert_eq!(r.status, 200);
-    assert_eq!(env.record(1).await.request_path, "/inference/v1/chat/completions");
+    assert_eq!(
+        env.record(1).await.request_path,
+        "/inference/v1/chat/completions"
+    );
 }
 
 #[tokio::test]
@@ -145,11 +163,23 @@ async fn malformed_bodies_are_400_and_oversized_are_413() {
         MockConfig::default(),
     )
     .await;
-    let r = env.post("/v1/chat/completions", serde_json::json!({"messages": []}), &[]).await;
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            serde_json::json!({"messages": []}),
+            &[],
+        )
+        .await;
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["error"]["type"], "invalid_request_error");
     let big = "x".repeat(500);
-    let r = env.post("/v1/chat/completions", serde_json::json!({"model": "m", "messages": [big]}), &[]).await;
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            serde_json::json!({"model": "m", "messages": [big]}),
+            &[],
+        )
+        .await;
     assert_eq!(r.status, 413);
     assert_eq!(r.json()["error"]["code"], "request_too_large");
     let recs = env.log.wait_for(2, std::time::Duration::from_secs(5)).await;
@@ -175,16 +205,38 @@ async fn models_list_is_per_principal_and_health_endpoints_answer() {
     assert_eq!(resp.status(), 200);
     let body: serde_json::Value =
         serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
-    let ids: Vec<&str> = body["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
     assert_eq!(body["object"], "list");
-    assert!(ids.contains(&"exact-*") || ids.is_empty() || !ids.contains(&"claude-x"), "{ids:?}");
-    assert!(!ids.contains(&"claude-x"), "team-b's allow-list excludes claude-x: {ids:?}");
-    assert!(!ids.contains(&"shared-model"), "outside team-b's allow-list: {ids:?}");
+    assert!(
+        ids.contains(&"exact-*") || ids.is_empty() || !ids.contains(&"claude-x"),
+        "{ids:?}"
+    );
+    assert!(
+        !ids.contains(&"claude-x"),
+        "team-b's allow-list excludes claude-x: {ids:?}"
+    );
+    assert!(
+        !ids.contains(&"shared-model"),
+        "outside team-b's allow-list: {ids:?}"
+    );
     let resp = get("/v1/models", "key-a").await.unwrap();
     let body: serde_json::Value =
         serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
-    let ids: Vec<&str> = body["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
-    assert!(ids.contains(&"claude-x") && ids.contains(&"shared-model"), "{ids:?}");
+    let ids: Vec<&str> = body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&"claude-x") && ids.contains(&"shared-model"),
+        "{ids:?}"
+    );
     assert_eq!(get("/v1/models", "").await.unwrap().status(), 401);
     assert_eq!(get("/healthz", "").await.unwrap().status(), 200);
     assert_eq!(get("/readyz", "").await.unwrap().status(), 200);

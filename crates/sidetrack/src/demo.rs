@@ -51,16 +51,38 @@ impl Demo {
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(body.to_string())))
             .map_err(|e| e.to_string())?;
-        let resp = self.client.request(req).await.map_err(|e| format!("request failed: {e}"))?;
+        let resp = self
+            .client
+            .request(req)
+            .await
+            .map_err(|e| format!("request failed: {e}"))?;
         let status = resp.status().as_u16();
-        let should_retry =
-            resp.headers().get("x-should-retry").and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let bytes = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        let should_retry = resp
+            .headers()
+            .get("x-should-retry")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
         let text = String::from_utf8_lossy(&bytes).into_owned();
         self.seen += 1;
         let records = self.log.wait_for(self.seen, Duration::from_secs(5)).await;
-        let rec = records.get(self.seen - 1).cloned().ok_or("no routing record was written")?;
-        Ok((Reply { status, should_retry, text }, rec))
+        let rec = records
+            .get(self.seen - 1)
+            .cloned()
+            .ok_or("no routing record was written")?;
+        Ok((
+            Reply {
+                status,
+                should_retry,
+                text,
+            },
+            rec,
+        ))
     }
 }
 
@@ -72,7 +94,11 @@ fn describe(rec: &RoutingRecord) -> String {
             (None, Some(k)) => k.to_owned(),
             _ => a.outcome.to_owned(),
         };
-        let why = a.detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default();
+        let why = a
+            .detail
+            .as_deref()
+            .map(|d| format!(" ({d})"))
+            .unwrap_or_default();
         lines.push(format!(
             "      attempt hop {}: {}/{} → {what}{why} in {:.1} ms",
             a.hop, a.target, a.model, a.duration_ms
@@ -93,16 +119,19 @@ fn describe(rec: &RoutingRecord) -> String {
     lines.join("\n")
 }
 
-fn streamed_text(sse: &str) -> String {
-    sse.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
-        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str().map(str::to_owned))
-        .collect()
-}
+/// One narrated request: title, model, streamed?, mock behaviours to set first.
+type Step = (
+    &'static str,
+    &'static str,
+    bool,
+    Vec<(&'static str, Behaviour)>,
+);
 
 fn status(code: u16) -> Behaviour {
-    Behaviour { status: Some(code), ..Behaviour::default() }
+    Behaviour {
+        status: Some(code),
+        ..Behaviour::default()
+    }
 }
 
 pub async fn run(listen: SocketAddr, no_serve: bool) -> ExitCode {
@@ -125,7 +154,12 @@ pub async fn run(listen: SocketAddr, no_serve: bool) -> ExitCode {
     let log = RoutingLog::memory();
     let gw = match sidetrack_gateway::start(cfg, log.clone(), Some(listen)).await {
         Ok(g) => g,
-        Err(e) => return fail(RUNTIME, &format!("cannot listen on {listen}: {e} (try --listen 127.0.0.1:0)")),
+        Err(e) => {
+            return fail(
+                RUNTIME,
+                &format!("cannot listen on {listen}: {e} (try --listen 127.0.0.1:0)"),
+            )
+        }
     };
     let mut demo = Demo {
         client: Client::builder(TokioExecutor::new()).build_http(),
@@ -134,11 +168,15 @@ pub async fn run(listen: SocketAddr, no_serve: bool) -> ExitCode {
         seen: 0,
     };
 
-    say!("sidetrack demo — gateway on {}, mock provider on {}", gw.base_url(), mock.base_url());
+    say!(
+        "sidetrack demo — gateway on {}, mock provider on {}",
+        gw.base_url(),
+        mock.base_url()
+    );
     say!("route for `gpt-4o`: rule `resilient-chat` → openai-primary/gpt-4o, fallback openai-backup/gpt-4o-mini");
     say!("(first-byte timeout 300 ms on the primary; default triggers 5XX, CONNECTION_ERROR, FIRST_BYTE_TIMEOUT, UNROUTABLE)\n");
 
-    let steps: Vec<(&str, &str, bool, Vec<(&str, Behaviour)>)> = vec![
+    let steps: Vec<Step> = vec![
         ("1. A healthy primary answers.", "gpt-4o", false, vec![]),
         ("2. The primary starts answering 503: the same request falls back inside the call.", "gpt-4o", false, vec![("gpt-4o", status(503))]),
         (
@@ -178,14 +216,25 @@ pub async fn run(listen: SocketAddr, no_serve: bool) -> ExitCode {
                 say!("{}", describe(&rec));
                 if reply.status < 400 {
                     let text = if stream {
-                        streamed_text(&reply.text)
+                        sidetrack_dialects::openai_chat::stream_text(&reply.text)
                     } else {
                         serde_json::from_str::<serde_json::Value>(&reply.text)
                             .ok()
-                            .and_then(|v| v["choices"][0]["message"]["content"].as_str().map(str::to_owned))
+                            .and_then(|v| {
+                                v["choices"][0]["message"]["content"]
+                                    .as_str()
+                                    .map(str::to_owned)
+                            })
                             .unwrap_or_default()
                     };
-                    say!("    caller received: {text:?}{}\n", if stream { " (as a normal SSE stream)" } else { "" });
+                    say!(
+                        "    caller received: {text:?}{}\n",
+                        if stream {
+                            " (as a normal SSE stream)"
+                        } else {
+                            ""
+                        }
+                    );
                 } else {
                     say!(
                         "    caller received: HTTP {} with x-should-retry: {}\n",
@@ -203,10 +252,19 @@ pub async fn run(listen: SocketAddr, no_serve: bool) -> ExitCode {
         let _ = gw.shutdown(DEMO_GRACE).await;
         return ExitCode::SUCCESS;
     }
-    say!("The mock is healthy again. sidetrack keeps serving on {} until Ctrl-C. Try:", gw.base_url());
-    say!("  curl -s {}/v1/chat/completions -H 'content-type: application/json' \\", gw.base_url());
+    say!(
+        "The mock is healthy again. sidetrack keeps serving on {} until Ctrl-C. Try:",
+        gw.base_url()
+    );
+    say!(
+        "  curl -s {}/v1/chat/completions -H 'content-type: application/json' \\",
+        gw.base_url()
+    );
     say!("       -d '{{\"model\":\"gpt-4o\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'");
-    say!("  or point the OpenAI SDK at it: OpenAI(base_url=\"{}/v1\", api_key=\"unused\")", gw.base_url());
+    say!(
+        "  or point the OpenAI SDK at it: OpenAI(base_url=\"{}/v1\", api_key=\"unused\")",
+        gw.base_url()
+    );
     let printer = tokio::spawn(print_new_records(demo.log.clone(), demo.seen));
     let _ = tokio::signal::ctrl_c().await;
     printer.abort();
@@ -222,7 +280,10 @@ async fn print_new_records(log: RoutingLog, mut seen: usize) {
         for rec in records.iter().skip(seen) {
             say!(
                 "request {} model {:?}: status {}, reason `{}`",
-                rec.request_id, rec.requested_model, rec.status, rec.reason
+                rec.request_id,
+                rec.requested_model,
+                rec.status,
+                rec.reason
             );
             say!("{}", describe(rec));
         }

@@ -12,7 +12,11 @@ use sidetrack_config::Config;
 use sidetrack_gateway::RoutingLog;
 
 #[derive(Parser)]
-#[command(name = "sidetrack", version, about = "An LLM gateway that stays available when models fail")]
+#[command(
+    name = "sidetrack",
+    version,
+    about = "An LLM gateway that stays available when models fail"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -65,9 +69,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { file } => check(&file),
-        Command::Explain { config, model, principal, dialect } => {
-            explain(&config, &model, &principal, &dialect)
-        }
+        Command::Explain {
+            config,
+            model,
+            principal,
+            dialect,
+        } => explain(&config, &model, &principal, &dialect),
         Command::Serve { config } => with_runtime(serve(config)),
         Command::Mock { config, listen } => with_runtime(mock(config, listen)),
         Command::Demo { listen, no_serve } => with_runtime(demo::run(listen, no_serve)),
@@ -75,7 +82,10 @@ fn main() -> ExitCode {
 }
 
 fn with_runtime(fut: impl std::future::Future<Output = ExitCode>) -> ExitCode {
-    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt.block_on(fut),
         Err(e) => fail(RUNTIME, &format!("cannot start the async runtime: {e}")),
     }
@@ -88,9 +98,13 @@ fn fail(code: u8, msg: &str) -> ExitCode {
 }
 
 fn init_tracing(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},hyper=warn,h2=warn")));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("{level},hyper=warn,h2=warn"))
+    });
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 #[allow(clippy::print_stdout, clippy::print_stderr)]
@@ -117,7 +131,10 @@ fn explain(file: &std::path::Path, model: &str, principal: &str, dialect: &str) 
     }
     match sidetrack_config::load_file(file) {
         Ok(cfg) => {
-            print!("{}", sidetrack_gateway::explain::explain(&cfg, model, principal, dialect));
+            print!(
+                "{}",
+                sidetrack_gateway::explain::explain(&cfg, model, principal, dialect)
+            );
             ExitCode::SUCCESS
         }
         Err(errors) => fail(INVALID, &errors.to_string()),
@@ -125,9 +142,15 @@ fn explain(file: &std::path::Path, model: &str, principal: &str, dialect: &str) 
 }
 
 fn sidetrack_dialects_name_ok(d: &str) -> Option<()> {
-    ["openai-chat", "openai-responses", "anthropic-messages", "bedrock-invoke", "bedrock-converse"]
-        .contains(&d)
-        .then_some(())
+    [
+        "openai-chat",
+        "openai-responses",
+        "anthropic-messages",
+        "bedrock-invoke",
+        "bedrock-converse",
+    ]
+    .contains(&d)
+    .then_some(())
 }
 
 fn config_path(flag: Option<PathBuf>) -> PathBuf {
@@ -147,10 +170,18 @@ fn unsupported(cfg: &Config) -> Vec<&'static str> {
     if cfg.logging.otlp_endpoint.is_some() {
         out.push("logging.otlpEndpoint (OTLP traces)");
     }
-    if cfg.auth.as_ref().is_some_and(|a| a.keys.iter().any(|k| k.limits.is_some())) {
+    if cfg
+        .auth
+        .as_ref()
+        .is_some_and(|a| a.keys.iter().any(|k| k.limits.is_some()))
+    {
         out.push("auth.keys[].limits (gateway rate limits)");
     }
-    if cfg.targets.iter().any(|t| t.provider != sidetrack_config::ProviderKind::OpenAi) {
+    if cfg
+        .targets
+        .iter()
+        .any(|t| t.provider != sidetrack_config::ProviderKind::OpenAi)
+    {
         out.push("targets with provider anthropic or bedrock");
     }
     out
@@ -167,7 +198,11 @@ async fn serve(config: Option<PathBuf>) -> ExitCode {
     if !missing.is_empty() {
         return fail(
             INVALID,
-            &format!("{}: not supported yet in this build: {}", path.display(), missing.join("; ")),
+            &format!(
+                "{}: not supported yet in this build: {}",
+                path.display(),
+                missing.join("; ")
+            ),
         );
     }
     let log = match RoutingLog::start(&cfg.logging.routing) {
@@ -193,7 +228,10 @@ async fn serve(config: Option<PathBuf>) -> ExitCode {
 #[cfg(unix)]
 async fn wait_for_shutdown(gw: &sidetrack_gateway::GatewayHandle, path: &std::path::Path) {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut hup)) = (signal(SignalKind::terminate()), signal(SignalKind::hangup())) else {
+    let (Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
         let _ = tokio::signal::ctrl_c().await;
         return;
     };
@@ -237,7 +275,10 @@ async fn mock(config: Option<PathBuf>, listen: Option<String>) -> ExitCode {
                 Ok(s) => s,
                 Err(e) => return fail(INVALID, &format!("{}: {e}", path.display())),
             };
-            match sidetrack_config::from_yaml_str::<sidetrack_mock::MockConfig>(&src, &path.display().to_string()) {
+            match sidetrack_config::from_yaml_str::<sidetrack_mock::MockConfig>(
+                &src,
+                &path.display().to_string(),
+            ) {
                 Ok(c) => c,
                 Err(errors) => return fail(INVALID, &format!("invalid mock config:\n{errors}")),
             }

@@ -43,7 +43,13 @@ fn check_prints_three_located_errors_and_exits_1() {
     for l in &lines {
         assert!(l.starts_with(&format!("{file}:")), "{l}");
     }
-    let find = |needle: &str| lines.iter().find(|l| l.contains(needle)).copied().unwrap_or_else(|| panic!("no `{needle}` in {stdout}"));
+    let find = |needle: &str| {
+        lines
+            .iter()
+            .find(|l| l.contains(needle))
+            .copied()
+            .unwrap_or_else(|| panic!("no `{needle}` in {stdout}"))
+    };
     // The status code: line 11, inside the flow sequence.
     let status = find("triggerOn.statusCodes[0]");
     assert!(status.starts_with(&format!("{file}:11:")), "{status}");
@@ -59,16 +65,25 @@ fn check_prints_three_located_errors_and_exits_1() {
 
 #[test]
 fn check_accepts_the_shipped_examples() {
-    for f in ["agentcore-rule.json"] {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(f);
+    for f in ["agentcore-rule.json", "openai-fallback.yaml", "full.yaml"] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples")
+            .join(f);
         let out = Command::new(BIN)
             .arg("check")
             .arg(&path)
             .env("OPENAI_API_KEY", "sk-test")
             .env("ANTHROPIC_API_KEY", "sk-ant-test")
+            .env("BACKUP_API_KEY", "sk-test")
+            .env("TEAM_A_KEY", "team-a-key")
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(0), "{f}: {}", String::from_utf8_lossy(&out.stdout));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{f}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
     }
 }
 
@@ -102,12 +117,24 @@ rules:
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("RULE `chat`"), "{text}");
     assert!(text.contains("destination a/gpt-4o"), "{text}");
-    assert!(text.contains("statusCodes [429, 5XX], errors []  [written"), "{text}");
-    assert!(text.contains("firstByteTimeoutMilliseconds: 2000  [written]"), "{text}");
+    assert!(
+        text.contains("statusCodes [429, 5XX], errors []  [written"),
+        "{text}"
+    );
+    assert!(
+        text.contains("firstByteTimeoutMilliseconds: 2000  [written]"),
+        "{text}"
+    );
     assert!(text.contains("destination b/backup"), "{text}");
     assert!(text.contains("nothing is inherited"), "{text}");
-    assert!(text.contains("firstByteTimeoutMilliseconds: none  [default"), "{text}");
-    assert!(text.contains("connectTimeoutMilliseconds: 800  [target setting]"), "{text}");
+    assert!(
+        text.contains("firstByteTimeoutMilliseconds: none  [default"),
+        "{text}"
+    );
+    assert!(
+        text.contains("connectTimeoutMilliseconds: 800  [target setting]"),
+        "{text}"
+    );
     assert!(text.contains("consecutiveFailures 5*"), "{text}");
 }
 
@@ -123,7 +150,9 @@ fn demo_narrates_fallbacks_and_exits_cleanly_on_ctrl_c() {
     // Watchdog: never let a hung demo hang the suite.
     std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs(60));
-        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
     });
     let stdout = child.stdout.take().unwrap();
     let mut seen = String::new();
@@ -143,7 +172,10 @@ fn demo_narrates_fallbacks_and_exits_cleanly_on_ctrl_c() {
     assert!(seen.contains("streamErrorEvent:overloaded_error"), "{seen}");
     assert!(seen.contains("chainExhausted"), "{seen}");
     assert!(seen.contains("x-should-retry: false"), "{seen}");
-    let status = Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     assert!(rest.iter().any(|l| l.contains("stopping")), "{rest:?}");

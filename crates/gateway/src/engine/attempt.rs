@@ -45,7 +45,12 @@ pub enum Upstream {
     /// A whole body (error statuses; a failed stream's held bytes).
     Buffered { parts: Parts, body: Bytes },
     /// Headers and the bytes read so far; the rest is still arriving.
-    Live { parts: Parts, held: Vec<Bytes>, rest: Incoming, scan: Option<StreamScan> },
+    Live {
+        parts: Parts,
+        held: Vec<Bytes>,
+        rest: Incoming,
+        scan: Option<StreamScan>,
+    },
 }
 
 impl Upstream {
@@ -59,7 +64,10 @@ impl Upstream {
     pub fn into_buffered(self) -> Upstream {
         match self {
             Upstream::Buffered { .. } => self,
-            Upstream::Live { parts, held, .. } => Upstream::Buffered { parts, body: concat(held) },
+            Upstream::Live { parts, held, .. } => Upstream::Buffered {
+                parts,
+                body: concat(held),
+            },
         }
     }
 }
@@ -110,7 +118,9 @@ impl StreamScan {
             match providers::classify_stream_event(self.provider, &ev) {
                 StreamEvent::Content => self.seen_content = true,
                 StreamEvent::Done => self.seen_done = true,
-                StreamEvent::Error { status, error_type, .. } => {
+                StreamEvent::Error {
+                    status, error_type, ..
+                } => {
                     if self.error.is_none() {
                         self.error = Some((status, error_type));
                     }
@@ -177,13 +187,27 @@ pub async fn run(spec: AttemptSpec<'_>) -> Attempt {
         response: None,
     };
 
-    let resp = match tokio::time::timeout_at(first_byte_deadline, spec.client.request(spec.request)).await {
+    let resp = match tokio::time::timeout_at(first_byte_deadline, spec.client.request(spec.request))
+        .await
+    {
         Err(_) => {
-            return failed(Outcome::Error(ErrorKind::FirstByteTimeout), timeout_detail().into(), None)
+            return failed(
+                Outcome::Error(ErrorKind::FirstByteTimeout),
+                timeout_detail().into(),
+                None,
+            )
         }
         Ok(Err(e)) => {
-            let detail = if e.is_connect() { "connect" } else { "transport" };
-            return failed(Outcome::Error(ErrorKind::ConnectionError), detail.into(), None);
+            let detail = if e.is_connect() {
+                "connect"
+            } else {
+                "transport"
+            };
+            return failed(
+                Outcome::Error(ErrorKind::ConnectionError),
+                detail.into(),
+                None,
+            );
         }
         Ok(Ok(r)) => r,
     };
@@ -193,10 +217,18 @@ pub async fn run(spec: AttemptSpec<'_>) -> Attempt {
     // The first-byte timeout runs until the first body byte, not just the headers.
     let first = match next_data(&mut body, first_byte_deadline).await {
         Read::TimedOut => {
-            return failed(Outcome::Error(ErrorKind::FirstByteTimeout), timeout_detail().into(), None)
+            return failed(
+                Outcome::Error(ErrorKind::FirstByteTimeout),
+                timeout_detail().into(),
+                None,
+            )
         }
         Read::Failed => {
-            return failed(Outcome::Error(ErrorKind::ConnectionError), "bodyBeforeFirstByte".into(), None)
+            return failed(
+                Outcome::Error(ErrorKind::ConnectionError),
+                "bodyBeforeFirstByte".into(),
+                None,
+            )
         }
         Read::End => None,
         Read::Data(d) => Some(d),
@@ -224,18 +256,37 @@ pub async fn run(spec: AttemptSpec<'_>) -> Attempt {
                 _ => break,
             }
         }
-        return done(Outcome::Status(status), None, Upstream::Buffered { parts, body: concat(held) });
+        return done(
+            Outcome::Status(status),
+            None,
+            Upstream::Buffered {
+                parts,
+                body: concat(held),
+            },
+        );
     }
 
     let Some(first) = first else {
-        return done(Outcome::from_status(status), None, Upstream::Buffered { parts, body: Bytes::new() });
+        return done(
+            Outcome::from_status(status),
+            None,
+            Upstream::Buffered {
+                parts,
+                body: Bytes::new(),
+            },
+        );
     };
     if !is_event_stream(&parts) {
         // A plain body: the first byte commits it; the rest streams through as it arrives.
         return done(
             Outcome::from_status(status),
             None,
-            Upstream::Live { parts, held: vec![first], rest: body, scan: None },
+            Upstream::Live {
+                parts,
+                held: vec![first],
+                rest: body,
+                scan: None,
+            },
         );
     }
 
@@ -247,7 +298,12 @@ pub async fn run(spec: AttemptSpec<'_>) -> Attempt {
         return done(
             Outcome::from_status(status),
             None,
-            Upstream::Live { parts, held, rest: body, scan: Some(scan) },
+            Upstream::Live {
+                parts,
+                held,
+                rest: body,
+                scan: Some(scan),
+            },
         );
     }
     // firstToken: hold the preamble until the first content-bearing event.
@@ -257,14 +313,24 @@ pub async fn run(spec: AttemptSpec<'_>) -> Attempt {
             return done(
                 Outcome::Status(code),
                 Some(detail),
-                Upstream::Live { parts, held, rest: body, scan: Some(scan) },
+                Upstream::Live {
+                    parts,
+                    held,
+                    rest: body,
+                    scan: Some(scan),
+                },
             );
         }
         if scan.seen_content || scan.seen_done || held_len > MAX_HELD_BYTES {
             return done(
                 Outcome::from_status(status),
                 None,
-                Upstream::Live { parts, held, rest: body, scan: Some(scan) },
+                Upstream::Live {
+                    parts,
+                    held,
+                    rest: body,
+                    scan: Some(scan),
+                },
             );
         }
         match next_data(&mut body, spec.deadline).await {

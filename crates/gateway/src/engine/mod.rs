@@ -11,9 +11,9 @@ use sidetrack_dialects::ParsedRequest;
 use sidetrack_resilience::{ErrorKind, Outcome};
 use tokio::time::Instant;
 
-use crate::observe::{AttemptRecord, SkipRecord};
+use crate::observe::{ms, AttemptRecord, SkipRecord};
 use crate::providers::{self, Upstreams};
-use crate::routing::{Dest, Plan};
+use crate::routing::{Dest, Picker, Plan};
 pub use attempt::Upstream;
 
 /// What the walk hands to the commit phase: the response to return (if any hop answered) and the
@@ -42,33 +42,43 @@ pub struct WalkInput<'a> {
     pub upstreams: &'a Upstreams,
     pub deadline: Instant,
     pub stream_commit: StreamCommit,
-}
-
-fn ms(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1_000_000.0).round() / 1000.0
+    pub picker: &'a Picker,
 }
 
 /// Picks the member of a hop to attempt. Single-destination hops are the common case; priority
-/// groups take their first member until health-aware P2C arrives with breakers.
-fn pick<'p, 'a>(hop: &'p [Dest<'a>]) -> Option<&'p Dest<'a>> {
-    hop.first()
+/// groups rotate round-robin among their members until health-aware P2C arrives with breakers.
+fn pick<'p, 'a>(hop: &'p [Dest<'a>], picker: &Picker) -> Option<&'p Dest<'a>> {
+    match hop.len() {
+        0 => None,
+        1 => hop.first(),
+        n => hop.get(picker.below(n)),
+    }
 }
 
 pub async fn walk(input: WalkInput<'_>) -> WalkOutput {
-    let mut out = WalkOutput { attempts: Vec::new(), skipped: Vec::new(), returned: None };
+    let mut out = WalkOutput {
+        attempts: Vec::new(),
+        skipped: Vec::new(),
+        returned: None,
+    };
     let hops = &input.plan.hops;
     for (pos, hop) in hops.iter().enumerate() {
         if Instant::now() >= input.deadline {
             break; // requestTimeoutMilliseconds: the last response (if any) is returned
         }
-        let Some(dest) = pick(&hop.destinations) else { continue };
+        let Some(dest) = pick(&hop.destinations, input.picker) else {
+            continue;
+        };
         let is_last = pos + 1 == hops.len();
         let triggers = &hop.policy.triggers;
 
         let attempt = if !dest.target_serves_model() {
             attempt::Attempt {
                 outcome: Outcome::Error(ErrorKind::Unroutable),
-                detail: Some(format!("target `{}` does not list model `{}`", dest.target.name, dest.model)),
+                detail: Some(format!(
+                    "target `{}` does not list model `{}`",
+                    dest.target.name, dest.model
+                )),
                 duration: Duration::ZERO,
                 first_byte: None,
                 response: None,
@@ -109,7 +119,11 @@ pub async fn walk(input: WalkInput<'_>) -> WalkOutput {
             first_byte_ms: attempt.first_byte.map(ms),
             breaker: "CLOSED",
         });
-        let upstream = if fired { attempt.response.map(Upstream::into_buffered) } else { attempt.response };
+        let upstream = if fired {
+            attempt.response.map(Upstream::into_buffered)
+        } else {
+            attempt.response
+        };
         out.returned = Some(Returned {
             hop: hop.index,
             target: dest.target.name.clone(),

@@ -146,7 +146,10 @@ impl Body for RelayBody {
                 return Poll::Ready(None);
             };
             if this.deadline.as_mut().poll(cx).is_ready() {
-                this.fail("requestTimeoutMilliseconds", "sidetrack: request timeout exceeded mid-stream");
+                this.fail(
+                    "requestTimeoutMilliseconds",
+                    "sidetrack: request timeout exceeded mid-stream",
+                );
                 if this.scan.is_none() {
                     this.finish();
                     return Poll::Ready(Some(Err("request timeout exceeded mid-body".into())));
@@ -176,7 +179,10 @@ impl Body for RelayBody {
                     return Poll::Ready(Some(Ok(frame)));
                 }
                 Poll::Ready(Some(Err(_))) => {
-                    this.fail("upstreamConnectionLost", "sidetrack: upstream connection lost mid-stream");
+                    this.fail(
+                        "upstreamConnectionLost",
+                        "sidetrack: upstream connection lost mid-stream",
+                    );
                     if this.scan.is_none() {
                         this.finish();
                         return Poll::Ready(Some(Err("upstream connection lost mid-body".into())));
@@ -190,7 +196,10 @@ impl Body for RelayBody {
                     if ended_cleanly {
                         this.rest = None;
                     } else {
-                        this.fail("streamEndedWithoutDone", "sidetrack: upstream ended the stream early");
+                        this.fail(
+                            "streamEndedWithoutDone",
+                            "sidetrack: upstream ended the stream early",
+                        );
                     }
                 }
             }

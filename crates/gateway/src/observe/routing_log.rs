@@ -84,38 +84,61 @@ pub struct RoutingLog {
 
 enum Inner {
     Off,
-    Channel { tx: mpsc::Sender<RoutingRecord>, dropped: AtomicU64 },
-    Memory { records: Mutex<Vec<RoutingRecord>>, notify: Notify },
+    Channel {
+        tx: mpsc::Sender<RoutingRecord>,
+        dropped: AtomicU64,
+    },
+    Memory {
+        records: Mutex<Vec<RoutingRecord>>,
+        notify: Notify,
+    },
 }
 
 impl RoutingLog {
     /// Starts the writer thread for `sink`.
     pub fn start(sink: &RoutingSink) -> std::io::Result<RoutingLog> {
         let writer: Box<dyn Write + Send> = match sink {
-            RoutingSink::Off => return Ok(RoutingLog { inner: Arc::new(Inner::Off) }),
+            RoutingSink::Off => {
+                return Ok(RoutingLog {
+                    inner: Arc::new(Inner::Off),
+                })
+            }
             RoutingSink::Stdout => Box::new(std::io::stdout()),
             RoutingSink::Stderr => Box::new(std::io::stderr()),
-            RoutingSink::File(path) => {
-                Box::new(std::fs::OpenOptions::new().create(true).append(true).open(path)?)
-            }
+            RoutingSink::File(path) => Box::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)?,
+            ),
         };
         let (tx, rx) = mpsc::channel(16 * 1024);
         // A plain thread: writes to stdout or a file may block, and must never stall a runtime worker.
         std::thread::Builder::new()
             .name("routing-log".into())
             .spawn(move || write_lines(rx, writer))?;
-        Ok(RoutingLog { inner: Arc::new(Inner::Channel { tx, dropped: AtomicU64::new(0) }) })
+        Ok(RoutingLog {
+            inner: Arc::new(Inner::Channel {
+                tx,
+                dropped: AtomicU64::new(0),
+            }),
+        })
     }
 
     /// An in-memory sink for tests and the demo narration.
     pub fn memory() -> RoutingLog {
         RoutingLog {
-            inner: Arc::new(Inner::Memory { records: Mutex::new(Vec::new()), notify: Notify::new() }),
+            inner: Arc::new(Inner::Memory {
+                records: Mutex::new(Vec::new()),
+                notify: Notify::new(),
+            }),
         }
     }
 
     pub fn off() -> RoutingLog {
-        RoutingLog { inner: Arc::new(Inner::Off) }
+        RoutingLog {
+            inner: Arc::new(Inner::Off),
+        }
     }
 
     pub fn record(&self, rec: RoutingRecord) {
@@ -126,7 +149,10 @@ impl RoutingLog {
                     // The writer is behind by 16k lines: drop rather than stall requests.
                     let n = dropped.fetch_add(1, Ordering::Relaxed);
                     if n.is_power_of_two() {
-                        tracing::warn!(dropped = n + 1, "routing log writer is behind; records dropped");
+                        tracing::warn!(
+                            dropped = n + 1,
+                            "routing log writer is behind; records dropped"
+                        );
                     }
                 }
             }
@@ -149,7 +175,9 @@ impl RoutingLog {
 
     /// Waits until at least `n` records exist (memory sink only), or the timeout passes.
     pub async fn wait_for(&self, n: usize, timeout: std::time::Duration) -> Vec<RoutingRecord> {
-        let Inner::Memory { records, notify } = &*self.inner else { return Vec::new() };
+        let Inner::Memory { records, notify } = &*self.inner else {
+            return Vec::new();
+        };
         let wait = async {
             loop {
                 let notified = notify.notified();

@@ -11,8 +11,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use sidetrack_config::{Config, ProviderKind, Target};
-use sidetrack_dialects::{ParsedRequest, StreamEvent};
 use sidetrack_dialects::sse::SseEvent;
+use sidetrack_dialects::{ParsedRequest, StreamEvent};
 
 pub type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
@@ -23,7 +23,13 @@ pub struct Upstreams {
 
 impl Upstreams {
     pub fn new(cfg: &Config) -> Upstreams {
-        Upstreams { clients: cfg.targets.iter().map(|t| client(t.connect_timeout)).collect() }
+        Upstreams {
+            clients: cfg
+                .targets
+                .iter()
+                .map(|t| client(t.connect_timeout))
+                .collect(),
+        }
     }
 
     pub fn client(&self, target_index: usize) -> &HttpClient {

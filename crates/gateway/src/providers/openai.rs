@@ -38,14 +38,21 @@ pub fn build_request(
         builder = builder.header(ACCEPT, HeaderValue::from_static("text/event-stream"));
     }
     if let Some(key) = &target.api_key {
-        let mut v = HeaderValue::try_from(format!("Bearer {}", key.expose()))
-            .map_err(|_| BuildError(format!("target `{}`: apiKey is not a valid header value", target.name)))?;
+        let mut v = HeaderValue::try_from(format!("Bearer {}", key.expose())).map_err(|_| {
+            BuildError(format!(
+                "target `{}`: apiKey is not a valid header value",
+                target.name
+            ))
+        })?;
         v.set_sensitive(true);
         builder = builder.header(AUTHORIZATION, v);
     }
-    builder
-        .body(Full::new(body))
-        .map_err(|e| BuildError(format!("target `{}`: bad upstream request: {e}", target.name)))
+    builder.body(Full::new(body)).map_err(|e| {
+        BuildError(format!(
+            "target `{}`: bad upstream request: {e}",
+            target.name
+        ))
+    })
 }
 
 pub fn classify_stream_event(ev: &SseEvent) -> StreamEvent {

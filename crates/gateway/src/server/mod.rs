@@ -41,7 +41,12 @@ impl Runtime {
     pub fn new(config: Config) -> Runtime {
         let upstreams = Upstreams::new(&config);
         let keys = KeyTable::new(config.auth.as_ref());
-        Runtime { config: Arc::new(config), upstreams, picker: Picker::default(), keys }
+        Runtime {
+            config: Arc::new(config),
+            upstreams,
+            picker: Picker::default(),
+            keys,
+        }
     }
 }
 
@@ -73,7 +78,11 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str)
 }
 
 async fn not_found(req: Request) -> Response {
-    let msg = format!("sidetrack has no endpoint {} {}", req.method(), req.uri().path());
+    let msg = format!(
+        "sidetrack has no endpoint {} {}",
+        req.method(),
+        req.uri().path()
+    );
     respond::error_response(Dialect::OpenAiChat, GatewayErrorKind::NotFound, &msg, None)
 }
 
@@ -125,7 +134,11 @@ async fn handle(shared: Arc<Shared>, dialect: Dialect, req: Request) -> Response
     let principal: Principal = match rt.keys.authenticate(req.headers()) {
         Ok(p) => p,
         Err(e) => {
-            let why = if e == AuthError::Missing { "missingKey" } else { "invalidKey" };
+            let why = if e == AuthError::Missing {
+                "missingKey"
+            } else {
+                "invalidKey"
+            };
             return ctx.reject(GatewayErrorKind::Unauthenticated, auth_message(e), why);
         }
     };
@@ -142,30 +155,50 @@ async fn handle(shared: Arc<Shared>, dialect: Dialect, req: Request) -> Response
         return ctx.reject(GatewayErrorKind::TooLarge, &too_large(limit), "tooLarge");
     }
     let sticky_header = sticky_header_value(&rt.config, req.headers());
-    let body = match http_body_util::Limited::new(req.into_body(), limit).collect().await {
+    let body = match http_body_util::Limited::new(req.into_body(), limit)
+        .collect()
+        .await
+    {
         Ok(c) => c.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             return ctx.reject(GatewayErrorKind::TooLarge, &too_large(limit), "tooLarge")
         }
         Err(_) => {
-            return ctx.reject(GatewayErrorKind::InvalidRequest, "could not read the request body", "badBody")
+            return ctx.reject(
+                GatewayErrorKind::InvalidRequest,
+                "could not read the request body",
+                "badBody",
+            )
         }
     };
 
     // parse
     let parsed: ParsedRequest = match dialect.parse_request(body) {
         Ok(p) => p,
-        Err(e) => return ctx.reject(GatewayErrorKind::InvalidRequest, &e.to_string(), "invalidRequest"),
+        Err(e) => {
+            return ctx.reject(
+                GatewayErrorKind::InvalidRequest,
+                &e.to_string(),
+                "invalidRequest",
+            )
+        }
     };
     ctx.requested_model = Some(parsed.model.clone());
     ctx.streamed = parsed.stream;
     if !principal.may_use(&parsed.model) {
-        let msg = format!("principal `{}` may not use model `{}`", principal.name, parsed.model);
+        let msg = format!(
+            "principal `{}` may not use model `{}`",
+            principal.name, parsed.model
+        );
         return ctx.reject(GatewayErrorKind::PermissionDenied, &msg, "modelNotAllowed");
     }
 
     // resolve route
-    let input = RouteInput { model: &parsed.model, principal: &principal.name, sticky: sticky_header.as_deref() };
+    let input = RouteInput {
+        model: &parsed.model,
+        principal: &principal.name,
+        sticky: sticky_header.as_deref(),
+    };
     let Some(plan) = routing::resolve(&rt.config, &input, &rt.picker) else {
         let msg = format!("no route for model `{}`", parsed.model);
         return ctx.unroutable(&msg);
@@ -180,6 +213,7 @@ async fn handle(shared: Arc<Shared>, dialect: Dialect, req: Request) -> Response
         upstreams: &rt.upstreams,
         deadline,
         stream_commit: server.stream_commit,
+        picker: &rt.picker,
     })
     .await;
 
@@ -274,5 +308,10 @@ pub async fn start(
             })
             .await
     });
-    Ok(GatewayHandle { addr, shared, shutdown: Some(tx), task })
+    Ok(GatewayHandle {
+        addr,
+        shared,
+        shutdown: Some(tx),
+        task,
+    })
 }

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::engine::relay::{OnFinish, RelayBody, RelayEnd};
 use crate::engine::{Returned, Upstream, WalkOutput};
-use crate::observe::{RoutingLog, RoutingRecord, ServedBy, UsageRecord};
+use crate::observe::{ms, RoutingLog, RoutingRecord, ServedBy, UsageRecord};
 
 const HOP_BY_HOP: [&str; 8] = [
     "connection",
@@ -40,10 +40,6 @@ pub struct RequestCtx {
     retry_hint: CallerRetryHint,
 }
 
-fn ms(d: std::time::Duration) -> f64 {
-    (d.as_secs_f64() * 1_000_000.0).round() / 1000.0
-}
-
 /// Renders a gateway-made error in the caller's dialect (SPEC §6.3).
 pub fn error_response(
     dialect: Dialect,
@@ -52,7 +48,9 @@ pub fn error_response(
     request_id: Option<&str>,
 ) -> Response {
     let e = dialect.render_error(kind, message);
-    let mut b = Response::builder().status(e.status).header(CONTENT_TYPE, e.content_type);
+    let mut b = Response::builder()
+        .status(e.status)
+        .header(CONTENT_TYPE, e.content_type);
     for (k, v) in e.headers {
         b = b.header(k, v);
     }
@@ -109,14 +107,23 @@ impl RequestCtx {
     /// A gateway rejection before any routing (auth, size, parse, allow-list). Never a fallback.
     pub fn reject(self, kind: GatewayErrorKind, message: &str, why: &str) -> Response {
         let resp = error_response(self.dialect, kind, message, Some(&self.request_id));
-        let rec = self.record("REJECTED", format!("gatewayRejected:{why}"), resp.status().as_u16());
+        let rec = self.record(
+            "REJECTED",
+            format!("gatewayRejected:{why}"),
+            resp.status().as_u16(),
+        );
         self.log.record(rec);
         resp
     }
 
     /// No rule and no target can serve the model.
     pub fn unroutable(self, message: &str) -> Response {
-        let resp = error_response(self.dialect, GatewayErrorKind::NotFound, message, Some(&self.request_id));
+        let resp = error_response(
+            self.dialect,
+            GatewayErrorKind::NotFound,
+            message,
+            Some(&self.request_id),
+        );
         let rec = self.record("ERROR", "unroutable".into(), resp.status().as_u16());
         self.log.record(rec);
         resp
@@ -126,14 +133,27 @@ impl RequestCtx {
     pub fn commit(self, out: WalkOutput, deadline: Instant) -> Response {
         let attempts = out.attempts.len();
         let Some(returned) = out.returned else {
-            let msg = "no destination of this route could be attempted (all ineligible or disabled)";
-            let resp = error_response(self.dialect, GatewayErrorKind::Unavailable, msg, Some(&self.request_id));
+            let msg =
+                "no destination of this route could be attempted (all ineligible or disabled)";
+            let resp = error_response(
+                self.dialect,
+                GatewayErrorKind::Unavailable,
+                msg,
+                Some(&self.request_id),
+            );
             let mut rec = self.record("ERROR", "noEligibleDestination".into(), 503);
             rec.skipped = out.skipped;
             self.log.record(rec);
             return resp;
         };
-        let Returned { hop, target, model, outcome, fired, upstream } = returned;
+        let Returned {
+            hop,
+            target,
+            model,
+            outcome,
+            fired,
+            upstream,
+        } = returned;
         let reason = if matches!(outcome, Outcome::Error(ErrorKind::Unroutable)) && attempts == 1 {
             "unroutable".to_owned()
         } else if fired {
@@ -168,7 +188,12 @@ impl RequestCtx {
                 copy_headers(&parts.headers, r.headers_mut());
                 (r, None)
             }
-            Some(Upstream::Live { parts, held, rest, scan }) => {
+            Some(Upstream::Live {
+                parts,
+                held,
+                rest,
+                scan,
+            }) => {
                 let mut r = Response::new(Body::empty());
                 *r.status_mut() = parts.status;
                 copy_headers(&parts.headers, r.headers_mut());
@@ -185,12 +210,20 @@ impl RequestCtx {
             put(h, "x-sidetrack-fallback-hop", &hop.to_string());
         }
         let upstream_said_when = h.contains_key("retry-after") || h.contains_key("retry-after-ms");
-        if self.retry_hint == CallerRetryHint::Auto && status >= 400 && attempts >= 2 && !upstream_said_when {
+        if self.retry_hint == CallerRetryHint::Auto
+            && status >= 400
+            && attempts >= 2
+            && !upstream_said_when
+        {
             // The chain already tried alternatives; SDK retries would multiply upstream calls.
             put(h, "x-should-retry", "false");
         }
 
-        let mut rec = self.record(if status < 400 { "SERVED" } else { "ERROR" }, reason, status);
+        let mut rec = self.record(
+            if status < 400 { "SERVED" } else { "ERROR" },
+            reason,
+            status,
+        );
         rec.served_by = outcome.status().map(|_| ServedBy { target, model });
         rec.fallback_hop = Some(hop);
         rec.attempts = out.attempts;
@@ -204,7 +237,11 @@ impl RequestCtx {
                 resp
             }
             Some((held, rest, scan)) => {
-                let finish = Box::new(Finish { log: self.log.clone(), started: self.started, rec });
+                let finish = Box::new(Finish {
+                    log: self.log.clone(),
+                    started: self.started,
+                    rec,
+                });
                 let body = RelayBody::new(held, rest, scan, self.dialect, deadline, finish);
                 let (parts, _) = resp.into_parts();
                 Response::from_parts(parts, Body::new(body))
@@ -237,9 +274,16 @@ struct Finish {
 
 impl OnFinish for Finish {
     fn finish(self: Box<Self>, end: RelayEnd) {
-        let Finish { log, started, mut rec } = *self;
+        let Finish {
+            log,
+            started,
+            mut rec,
+        } = *self;
         rec.mid_stream_error = end.mid_stream_error;
-        rec.usage = end.usage.map(|u| UsageRecord { input_tokens: u.input_tokens, output_tokens: u.output_tokens });
+        rec.usage = end.usage.map(|u| UsageRecord {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+        });
         rec.latency_ms = ms(started.elapsed());
         if end.mid_stream_error {
             rec.outcome = "ERROR";

@@ -37,13 +37,21 @@ impl Reply {
 }
 
 pub fn behaviours(list: &[(&str, Behaviour)]) -> MockConfig {
-    let models: BTreeMap<String, Behaviour> =
-        list.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
-    MockConfig { models, ..MockConfig::default() }
+    let models: BTreeMap<String, Behaviour> = list
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect();
+    MockConfig {
+        models,
+        ..MockConfig::default()
+    }
 }
 
 pub fn status(code: u16) -> Behaviour {
-    Behaviour { status: Some(code), ..Behaviour::default() }
+    Behaviour {
+        status: Some(code),
+        ..Behaviour::default()
+    }
 }
 
 /// A port with nothing listening on it.
@@ -58,30 +66,50 @@ pub fn dead_url() -> String {
 /// and `${DEAD}` a refused port.
 pub async fn start(yaml: &str, mock_cfg: MockConfig) -> Env {
     let mock = MockServer::start(mock_cfg).await.unwrap();
-    let src = yaml.replace("${MOCK}", &mock.base_url()).replace("${DEAD}", &dead_url());
+    let src = yaml
+        .replace("${MOCK}", &mock.base_url())
+        .replace("${DEAD}", &dead_url());
     let cfg = sidetrack_config::load_str(&src, "test.yaml").unwrap_or_else(|e| panic!("{e}"));
     let log = RoutingLog::memory();
     let gw = sidetrack_gateway::start(cfg, log.clone(), Some("127.0.0.1:0".parse().unwrap()))
         .await
         .unwrap();
-    Env { mock, gw, log, client: Client::builder(TokioExecutor::new()).build_http() }
+    Env {
+        mock,
+        gw,
+        log,
+        client: Client::builder(TokioExecutor::new()).build_http(),
+    }
 }
 
 impl Env {
-    pub async fn post(&self, path: &str, body: serde_json::Value, headers: &[(&str, &str)]) -> Reply {
+    pub async fn post(
+        &self,
+        path: &str,
+        body: serde_json::Value,
+        headers: &[(&str, &str)],
+    ) -> Reply {
         let mut req = http::Request::post(format!("{}{path}", self.gw.base_url()))
             .header("content-type", "application/json");
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let resp = self.client.request(req.body(Full::new(Bytes::from(body.to_string()))).unwrap()).await.unwrap();
+        let resp = self
+            .client
+            .request(req.body(Full::new(Bytes::from(body.to_string()))).unwrap())
+            .await
+            .unwrap();
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         let body = match resp.into_body().collect().await {
             Ok(b) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
             Err(e) => format!("<body error: {e}>"),
         };
-        Reply { status, headers, body }
+        Reply {
+            status,
+            headers,
+            body,
+        }
     }
 
     pub async fn chat(&self, model: &str, stream: bool) -> Reply {
@@ -96,7 +124,11 @@ impl Env {
     /// The `n`-th routing record (1-based), waiting for it to be written.
     pub async fn record(&self, n: usize) -> RoutingRecord {
         let recs = self.log.wait_for(n, Duration::from_secs(10)).await;
-        assert!(recs.len() >= n, "expected {n} routing records, got {}", recs.len());
+        assert!(
+            recs.len() >= n,
+            "expected {n} routing records, got {}",
+            recs.len()
+        );
         recs[n - 1].clone()
     }
 
@@ -105,7 +137,10 @@ impl Env {
     }
 
     pub fn route(rec: &RoutingRecord) -> Vec<String> {
-        rec.attempts.iter().map(|a| format!("{}/{}", a.target, a.model)).collect()
+        rec.attempts
+            .iter()
+            .map(|a| format!("{}/{}", a.target, a.model))
+            .collect()
     }
 }
 
@@ -124,8 +159,15 @@ pub fn python() -> PathBuf {
 
 /// Runs `tests/sdk/<script>` with args; returns its JSON stdout.
 pub async fn run_sdk(script: &str, args: &[&str]) -> serde_json::Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/sdk").join(script);
-    let out = tokio::process::Command::new(python()).arg(path).args(args).output().await.unwrap();
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/sdk")
+        .join(script);
+    let out = tokio::process::Command::new(python())
+        .arg(path)
+        .args(args)
+        .output()
+        .await
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -138,9 +180,5 @@ pub async fn run_sdk(script: &str, args: &[&str]) -> serde_json::Value {
 
 /// The text content of an OpenAI chat SSE body.
 pub fn streamed_text(sse: &str) -> String {
-    sse.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
-        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str().map(str::to_owned))
-        .collect()
+    sidetrack_dialects::openai_chat::stream_text(sse)
 }
