@@ -433,3 +433,38 @@ async fn priority_groups_rotate_members_and_fall_to_the_next_group() {
         b
     );
 }
+
+#[tokio::test]
+async fn request_timeout_bounds_the_whole_request_and_headers_can_be_turned_off() {
+    let yaml = format!(
+        "server:\n  requestTimeoutMilliseconds: 200\n  responseHeaders: false\n{}",
+        with_rules(&STALL_RULE.replace("TIMEOUT", ""))
+    );
+    let env = start(&yaml, behaviours(&[("m-slow", stalled(10_000))])).await;
+    let t0 = Instant::now();
+    let r = env.chat("ask", false).await;
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(r.status, 504);
+    assert_eq!(r.json()["error"]["type"], "api_error");
+    assert_eq!(
+        r.header("x-sidetrack-served-by"),
+        None,
+        "responseHeaders: false"
+    );
+    let rec = env.record(1).await;
+    assert_eq!(
+        Env::route(&rec),
+        ["up/m-slow"],
+        "no time left for the fallback"
+    );
+    assert_eq!(
+        rec.attempts[0].detail.as_deref(),
+        Some("requestTimeoutMilliseconds")
+    );
+    assert_eq!(rec.reason, "chainExhausted");
+    assert_eq!(env.hits("m-fast"), 0);
+}
