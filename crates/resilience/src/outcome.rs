@@ -13,8 +13,11 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 3] =
-        [ErrorKind::ConnectionError, ErrorKind::FirstByteTimeout, ErrorKind::Unroutable];
+    pub const ALL: [ErrorKind; 3] = [
+        ErrorKind::ConnectionError,
+        ErrorKind::FirstByteTimeout,
+        ErrorKind::Unroutable,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {

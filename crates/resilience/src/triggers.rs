@@ -57,7 +57,10 @@ impl fmt::Display for TriggerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TriggerError::BadStatus(s) => {
-                write!(f, "`{s}` is not a status code (write e.g. \"503\" or \"5XX\")")
+                write!(
+                    f,
+                    "`{s}` is not a status code (write e.g. \"503\" or \"5XX\")"
+                )
             }
             TriggerError::StatusOutOfRange(s) => write!(
                 f,
@@ -91,7 +94,11 @@ impl Triggers {
         for k in ErrorKind::ALL {
             errors.insert(k);
         }
-        Triggers { statuses: vec![StatusMatcher::Class(5)], errors, is_default: true }
+        Triggers {
+            statuses: vec![StatusMatcher::Class(5)],
+            errors,
+            is_default: true,
+        }
     }
 
     /// An explicit `triggerOn`. Empty lists mean "nothing of that kind triggers".
@@ -100,7 +107,11 @@ impl Triggers {
         for k in errors {
             set.insert(*k);
         }
-        Triggers { statuses, errors: set, is_default: false }
+        Triggers {
+            statuses,
+            errors: set,
+            is_default: false,
+        }
     }
 
     /// True when this hop had no `triggerOn` of its own.
@@ -113,7 +124,10 @@ impl Triggers {
     }
 
     pub fn errors(&self) -> Vec<ErrorKind> {
-        ErrorKind::ALL.into_iter().filter(|k| self.errors.contains(*k)).collect()
+        ErrorKind::ALL
+            .into_iter()
+            .filter(|k| self.errors.contains(*k))
+            .collect()
     }
 
     /// Does this outcome make the walk advance? 2xx/3xx never do.
@@ -130,7 +144,12 @@ impl fmt::Display for Triggers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let statuses: Vec<String> = self.statuses.iter().map(|s| s.to_string()).collect();
         let errors: Vec<&str> = self.errors().into_iter().map(|k| k.as_str()).collect();
-        write!(f, "statusCodes [{}], errors [{}]", statuses.join(", "), errors.join(", "))
+        write!(
+            f,
+            "statusCodes [{}], errors [{}]",
+            statuses.join(", "),
+            errors.join(", ")
+        )
     }
 }
 
@@ -154,9 +173,15 @@ mod tests {
 
     #[test]
     fn explicit_triggers_replace_the_default() {
-        let t = Triggers::explicit(vec![StatusMatcher::Exact(429)], &[ErrorKind::ConnectionError]);
+        let t = Triggers::explicit(
+            vec![StatusMatcher::Exact(429)],
+            &[ErrorKind::ConnectionError],
+        );
         assert!(t.fires(&Outcome::Status(429)));
-        assert!(!t.fires(&Outcome::Status(503)), "5XX is not inherited from the default");
+        assert!(
+            !t.fires(&Outcome::Status(503)),
+            "5XX is not inherited from the default"
+        );
         assert!(!t.fires(&Outcome::Error(ErrorKind::FirstByteTimeout)));
         assert!(t.fires(&Outcome::Error(ErrorKind::ConnectionError)));
         assert!(!t.is_default());
@@ -167,10 +192,22 @@ mod tests {
         assert_eq!(StatusMatcher::parse("4XX"), Ok(StatusMatcher::Class(4)));
         assert_eq!(StatusMatcher::parse("5xx"), Ok(StatusMatcher::Class(5)));
         assert_eq!(StatusMatcher::parse("429"), Ok(StatusMatcher::Exact(429)));
-        assert!(matches!(StatusMatcher::parse("399"), Err(TriggerError::StatusOutOfRange(_))));
-        assert!(matches!(StatusMatcher::parse("600"), Err(TriggerError::StatusOutOfRange(_))));
-        assert!(matches!(StatusMatcher::parse("3XX"), Err(TriggerError::StatusOutOfRange(_))));
-        assert!(matches!(StatusMatcher::parse("abc"), Err(TriggerError::BadStatus(_))));
+        assert!(matches!(
+            StatusMatcher::parse("399"),
+            Err(TriggerError::StatusOutOfRange(_))
+        ));
+        assert!(matches!(
+            StatusMatcher::parse("600"),
+            Err(TriggerError::StatusOutOfRange(_))
+        ));
+        assert!(matches!(
+            StatusMatcher::parse("3XX"),
+            Err(TriggerError::StatusOutOfRange(_))
+        ));
+        assert!(matches!(
+            StatusMatcher::parse("abc"),
+            Err(TriggerError::BadStatus(_))
+        ));
     }
 
     #[test]
