@@ -468,3 +468,21 @@ async fn request_timeout_bounds_the_whole_request_and_headers_can_be_turned_off(
     assert_eq!(rec.reason, "chainExhausted");
     assert_eq!(env.hits("m-fast"), 0);
 }
+
+#[tokio::test]
+async fn an_error_event_that_exhausts_the_chain_reaches_the_caller_as_sent() {
+    let env = start(
+        ONE_TARGET,
+        behaviours(&[("m-late", overloaded_late().models["m-late"].clone())]),
+    )
+    .await;
+    let r = env.chat("m-late", true).await;
+    assert_eq!(r.status, 200, "the upstream's own answer, unchanged");
+    assert!(r.body.contains("\"overloaded_error\""), "{}", r.body);
+    assert!(!r.body.contains("[DONE]"));
+    let rec = env.record(1).await;
+    assert_eq!(rec.reason, "chainExhausted");
+    assert_eq!(rec.outcome, "ERROR");
+    assert_eq!(rec.attempts[0].status, Some(529));
+    assert_eq!(env.hits("m-late"), 1);
+}

@@ -220,7 +220,11 @@ impl RequestCtx {
         }
 
         let mut rec = self.record(
-            if status < 400 { "SERVED" } else { "ERROR" },
+            if status < 400 && !fired {
+                "SERVED"
+            } else {
+                "ERROR"
+            },
             reason,
             status,
         );
