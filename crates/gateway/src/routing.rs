@@ -84,6 +84,13 @@ pub struct Picker {
 }
 
 impl Picker {
+    /// A picker whose sequence of draws is fixed by `seed` (reproducible tests and benchmarks).
+    pub fn seeded(seed: u64) -> Picker {
+        Picker {
+            counter: AtomicU64::new(seed),
+        }
+    }
+
     /// A well-spread number in `0..n` (n > 0).
     pub fn below(&self, n: usize) -> usize {
         (self.next() % n as u64) as usize

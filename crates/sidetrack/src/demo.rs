@@ -134,7 +134,7 @@ fn status(code: u16) -> Behaviour {
     }
 }
 
-pub async fn run(listen: SocketAddr, no_serve: bool) -> ExitCode {
+pub async fn run(listen: SocketAddr, admin: SocketAddr, no_serve: bool) -> ExitCode {
     let mock = match MockServer::start(MockConfig::default()).await {
         Ok(m) => m,
         Err(e) => return fail(RUNTIME, &format!("cannot start the mock provider: {e}")),
@@ -152,12 +152,17 @@ pub async fn run(listen: SocketAddr, no_serve: bool) -> ExitCode {
         Err(e) => return fail(RUNTIME, &format!("embedded demo config is invalid:\n{e}")),
     };
     let log = RoutingLog::memory();
-    let gw = match sidetrack_gateway::start(cfg, log.clone(), Some(listen)).await {
+    let options = sidetrack_gateway::GatewayOptions {
+        listen: Some(listen),
+        admin: Some(admin),
+        ..Default::default()
+    };
+    let gw = match sidetrack_gateway::start(cfg, log.clone(), options).await {
         Ok(g) => g,
         Err(e) => {
             return fail(
                 RUNTIME,
-                &format!("cannot listen on {listen}: {e} (try --listen 127.0.0.1:0)"),
+                &format!("{e} (try --listen 127.0.0.1:0 --admin 127.0.0.1:0)"),
             )
         }
     };

@@ -35,6 +35,9 @@ enum Command {
         /// Where the demo gateway listens after the narration.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
+        /// Where the admin plane (dashboard, /metrics) listens.
+        #[arg(long, default_value = "127.0.0.1:9090")]
+        admin: SocketAddr,
         /// Exit after the narration instead of serving.
         #[arg(long)]
         no_serve: bool,
@@ -77,7 +80,11 @@ fn main() -> ExitCode {
         } => explain(&config, &model, &principal, &dialect),
         Command::Serve { config } => with_runtime(serve(config)),
         Command::Mock { config, listen } => with_runtime(mock(config, listen)),
-        Command::Demo { listen, no_serve } => with_runtime(demo::run(listen, no_serve)),
+        Command::Demo {
+            listen,
+            admin,
+            no_serve,
+        } => with_runtime(demo::run(listen, admin, no_serve)),
     }
 }
 
@@ -210,12 +217,25 @@ async fn serve(config: Option<PathBuf>) -> ExitCode {
         Err(e) => return fail(RUNTIME, &format!("cannot open the routing log: {e}")),
     };
     let grace = cfg.server.shutdown_grace;
-    let listen = cfg.server.listen;
-    let gw = match sidetrack_gateway::start(cfg, log, None).await {
-        Ok(g) => g,
-        Err(e) => return fail(RUNTIME, &format!("cannot listen on {listen}: {e}")),
+    let reload_path = path.clone();
+    let reload: sidetrack_gateway::ReloadFn = Box::new(move || {
+        let cfg = sidetrack_config::load_file(&reload_path).map_err(|e| e.to_string())?;
+        let missing = unsupported(&cfg);
+        if missing.is_empty() {
+            Ok(cfg)
+        } else {
+            Err(format!("not supported yet: {}", missing.join("; ")))
+        }
+    });
+    let options = sidetrack_gateway::GatewayOptions {
+        reload: Some(reload),
+        ..Default::default()
     };
-    tracing::info!(addr = %gw.addr, config = %path.display(), "sidetrack serving");
+    let gw = match sidetrack_gateway::start(cfg, log, options).await {
+        Ok(g) => g,
+        Err(e) => return fail(RUNTIME, &e.to_string()),
+    };
+    tracing::info!(addr = %gw.addr, admin = %gw.admin_addr, config = %path.display(), "sidetrack serving");
     wait_for_shutdown(&gw, &path).await;
     tracing::info!("draining in-flight requests");
     match gw.shutdown(grace).await {

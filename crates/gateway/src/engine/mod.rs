@@ -1,19 +1,23 @@
 //! Phase "walk the chain" (SPEC §5.3): for each hop — eligibility → breaker → pick destination →
-//! translate → attempt → classify → return or advance. The only retry loop in sidetrack.
+//! translate → attempt → classify → record health → return or advance. The only retry loop in
+//! sidetrack.
 
 pub mod attempt;
 pub mod relay;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use sidetrack_config::StreamCommit;
+use sidetrack_config::{BreakerMode, StreamCommit};
 use sidetrack_dialects::ParsedRequest;
-use sidetrack_resilience::{ErrorKind, Outcome};
+use sidetrack_resilience::{parse_retry_after, BreakerState, ErrorKind, Outcome};
 use tokio::time::Instant;
 
+use crate::health::{Admit, DestHealth, Health, ProbeGuard, Verdict};
+use crate::observe::metrics::Metrics;
 use crate::observe::{ms, AttemptRecord, SkipRecord};
 use crate::providers::{self, Upstreams};
-use crate::routing::{Dest, Picker, Plan};
+use crate::routing::{Dest, Hop, Picker, Plan};
 pub use attempt::Upstream;
 
 /// What the walk hands to the commit phase: the response to return (if any hop answered) and the
@@ -34,6 +38,8 @@ pub struct Returned {
     pub fired: bool,
     /// `None` when the outcome is a transport error or UNROUTABLE: the gateway renders the error.
     pub upstream: Option<Upstream>,
+    /// The destination's health, so a failure after commit is counted against it.
+    pub health: Arc<DestHealth>,
 }
 
 pub struct WalkInput<'a> {
@@ -43,16 +49,152 @@ pub struct WalkInput<'a> {
     pub deadline: Instant,
     pub stream_commit: StreamCommit,
     pub picker: &'a Picker,
+    pub health: &'a Health,
+    pub metrics: &'a Metrics,
 }
 
-/// Picks the member of a hop to attempt. Single-destination hops are the common case; priority
-/// groups rotate round-robin among their members until health-aware P2C arrives with breakers.
-fn pick<'p, 'a>(hop: &'p [Dest<'a>], picker: &Picker) -> Option<&'p Dest<'a>> {
-    match hop.len() {
-        0 => None,
-        1 => hop.first(),
-        n => hop.get(picker.below(n)),
+/// A destination chosen for an attempt, with how it was admitted.
+struct Chosen<'p, 'a> {
+    dest: &'p Dest<'a>,
+    health: Arc<DestHealth>,
+    probe: Option<ProbeGuard>,
+    /// The breaker state the attempt ran under (routing log `breaker`).
+    breaker: &'static str,
+}
+
+/// Why a destination was not attempted.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Skip {
+    Disabled,
+    BreakerOpen,
+}
+
+impl Skip {
+    fn as_str(self) -> &'static str {
+        match self {
+            Skip::Disabled => "DISABLED",
+            Skip::BreakerOpen => "BREAKER_OPEN",
+        }
     }
+}
+
+/// Phases "breaker" and "pick destination" for one hop. Members that are disabled or whose breaker
+/// is open are left out; among the rest power-of-two-choices picks the better score (SPEC §5.8).
+/// When nothing is left and this is the last hop that could be used, the member whose breaker
+/// closes soonest is tried anyway (the last remaining hop is never skipped by a breaker).
+fn choose<'p, 'a>(
+    hop: &'p Hop<'a>,
+    input: &WalkInput<'_>,
+    last_remaining: bool,
+    skipped: &mut Vec<(usize, Skip)>,
+) -> Option<Chosen<'p, 'a>> {
+    let health: Vec<Arc<DestHealth>> = hop
+        .destinations
+        .iter()
+        .map(|d| input.health.get(&d.target.name, &d.model))
+        .collect();
+    let respect_breakers = input.plan.breaker_mode == BreakerMode::Enabled;
+    let mut candidates: Vec<usize> = Vec::with_capacity(health.len());
+    let mut open: Vec<usize> = Vec::new();
+    for (i, h) in health.iter().enumerate() {
+        if h.is_disabled() {
+            skipped.push((i, Skip::Disabled));
+        } else if respect_breakers && !input.health.can_admit(h) {
+            open.push(i);
+        } else {
+            candidates.push(i);
+        }
+    }
+    while !candidates.is_empty() {
+        let pos = p2c(&candidates, &health, input.picker);
+        let i = candidates[pos];
+        if !respect_breakers {
+            let state = input.health.state(&health[i]);
+            return Some(Chosen {
+                dest: &hop.destinations[i],
+                health: health[i].clone(),
+                probe: None,
+                breaker: state.as_str(),
+            });
+        }
+        match input.health.admit(&health[i]) {
+            Admit::Allowed => {
+                return Some(Chosen {
+                    dest: &hop.destinations[i],
+                    health: health[i].clone(),
+                    probe: None,
+                    breaker: "CLOSED",
+                })
+            }
+            Admit::Probe(p) => {
+                return Some(Chosen {
+                    dest: &hop.destinations[i],
+                    health: health[i].clone(),
+                    probe: Some(p),
+                    breaker: "HALF_OPEN",
+                })
+            }
+            // Another request took the probe slot meanwhile.
+            Admit::Skip => {
+                candidates.remove(pos);
+                open.push(i);
+            }
+        }
+    }
+    if last_remaining && !open.is_empty() {
+        let members: Vec<Arc<DestHealth>> = open.iter().map(|&i| health[i].clone()).collect();
+        if let Some(h) = input.health.soonest_to_close(&members) {
+            let i = open[members.iter().position(|m| Arc::ptr_eq(m, h)).unwrap_or(0)];
+            let state = input.health.state(&health[i]);
+            // Forced attempts outside the probe slot: counted, but they do not move a half-open breaker.
+            let breaker = if matches!(state, BreakerState::Closed) {
+                "CLOSED"
+            } else {
+                state.as_str()
+            };
+            open.retain(|&o| o != i);
+            for o in open {
+                skipped.push((o, Skip::BreakerOpen));
+            }
+            return Some(Chosen {
+                dest: &hop.destinations[i],
+                health: health[i].clone(),
+                probe: None,
+                breaker,
+            });
+        }
+    }
+    for o in open {
+        skipped.push((o, Skip::BreakerOpen));
+    }
+    None
+}
+
+/// Power of two choices: two distinct random candidates, the better score wins.
+fn p2c(candidates: &[usize], health: &[Arc<DestHealth>], picker: &Picker) -> usize {
+    match candidates.len() {
+        1 => 0,
+        n => {
+            let a = picker.below(n);
+            let b = (a + 1 + picker.below(n - 1)) % n;
+            if health[candidates[b]].score() > health[candidates[a]].score() {
+                b
+            } else {
+                a
+            }
+        }
+    }
+}
+
+/// Is there a later hop with at least one member that is not switched off?
+fn later_hop_usable(hops: &[Hop<'_>], health: &Health) -> bool {
+    hops.iter().any(|h| {
+        h.destinations.iter().any(|d| {
+            !health
+                .find(&d.target.name, &d.model)
+                .is_some_and(|x| x.is_disabled())
+        })
+    })
 }
 
 pub async fn walk(input: WalkInput<'_>) -> WalkOutput {
@@ -66,47 +208,47 @@ pub async fn walk(input: WalkInput<'_>) -> WalkOutput {
         if Instant::now() >= input.deadline {
             break; // requestTimeoutMilliseconds: the last response (if any) is returned
         }
-        let Some(dest) = pick(&hop.destinations, input.picker) else {
+        let last_remaining = !later_hop_usable(&hops[pos + 1..], input.health);
+        let mut skips = Vec::new();
+        let chosen = choose(hop, &input, last_remaining, &mut skips);
+        for (i, why) in skips {
+            let d = &hop.destinations[i];
+            input.health.get(&d.target.name, &d.model).note_skip();
+            input.metrics.skip(&d.target.name, &d.model, why.as_str());
+            out.skipped.push(SkipRecord {
+                hop: hop.index,
+                target: d.target.name.clone(),
+                model: d.model.to_string(),
+                why: why.as_str().to_owned(),
+            });
+        }
+        let Some(Chosen {
+            dest,
+            health,
+            probe,
+            breaker,
+        }) = chosen
+        else {
             continue;
         };
         let is_last = pos + 1 == hops.len();
-        let triggers = &hop.policy.triggers;
 
-        let attempt = if !dest.target_serves_model() {
-            attempt::Attempt {
-                outcome: Outcome::Error(ErrorKind::Unroutable),
-                detail: Some(format!(
-                    "target `{}` does not list model `{}`",
-                    dest.target.name, dest.model
-                )),
-                duration: Duration::ZERO,
-                first_byte: None,
-                response: None,
-            }
-        } else {
-            match providers::build_request(dest.target, &dest.model, input.request) {
-                Ok(request) => {
-                    attempt::run(attempt::AttemptSpec {
-                        client: input.upstreams.client(dest.target_index),
-                        request,
-                        provider: dest.target.provider,
-                        first_byte_timeout: hop.policy.first_byte_timeout,
-                        deadline: input.deadline,
-                        stream_commit: input.stream_commit,
-                    })
-                    .await
-                }
-                Err(e) => attempt::Attempt {
-                    outcome: Outcome::Error(ErrorKind::Unroutable),
-                    detail: Some(e.0),
-                    duration: Duration::ZERO,
-                    first_byte: None,
-                    response: None,
-                },
-            }
-        };
+        let in_flight = health.in_flight();
+        let attempt = attempt_one(dest, hop, &input).await;
+        drop(in_flight);
 
-        let fired = triggers.fires(&attempt.outcome);
+        let fired = hop.policy.triggers.fires(&attempt.outcome);
+        let verdict = verdict(&attempt, fired);
+        input
+            .health
+            .record(&health, verdict, probe, attempt.first_byte);
+        input.metrics.attempt(
+            &dest.target.name,
+            &dest.model,
+            attempt.outcome.label(),
+            attempt.duration,
+            attempt.first_byte,
+        );
         out.attempts.push(AttemptRecord {
             hop: hop.index,
             target: dest.target.name.clone(),
@@ -117,7 +259,7 @@ pub async fn walk(input: WalkInput<'_>) -> WalkOutput {
             detail: attempt.detail,
             duration_ms: ms(attempt.duration),
             first_byte_ms: attempt.first_byte.map(ms),
-            breaker: "CLOSED",
+            breaker,
         });
         let upstream = if fired {
             attempt.response.map(Upstream::into_buffered)
@@ -131,10 +273,62 @@ pub async fn walk(input: WalkInput<'_>) -> WalkOutput {
             outcome: attempt.outcome,
             fired,
             upstream,
+            health,
         });
         if !fired || is_last {
             break;
         }
     }
     out
+}
+
+/// Phase "record health": what the classified outcome means for the destination (SPEC §5.5).
+/// Counted: outcomes that matched the hop's triggers, except UNROUTABLE. A counted 429/503 passes
+/// on the delay the upstream asked for.
+fn verdict(attempt: &attempt::Attempt, fired: bool) -> Verdict {
+    match attempt.outcome {
+        Outcome::Success(_) => Verdict::Success,
+        Outcome::Error(ErrorKind::Unroutable) => Verdict::Neutral,
+        _ if !fired => Verdict::Neutral,
+        Outcome::Status(code) if code == 429 || code == 503 => {
+            let retry_after = attempt.response.as_ref().and_then(|r| {
+                let headers = &r.parts().headers;
+                let lookup = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+                parse_retry_after(&lookup, std::time::SystemTime::now())
+            });
+            Verdict::Failure(retry_after)
+        }
+        _ => Verdict::Failure(None),
+    }
+}
+
+/// Phases "translate" and "attempt" for one destination.
+async fn attempt_one(dest: &Dest<'_>, hop: &Hop<'_>, input: &WalkInput<'_>) -> attempt::Attempt {
+    let unroutable = |detail: String| attempt::Attempt {
+        outcome: Outcome::Error(ErrorKind::Unroutable),
+        detail: Some(detail),
+        duration: Duration::ZERO,
+        first_byte: None,
+        response: None,
+    };
+    if !dest.target_serves_model() {
+        return unroutable(format!(
+            "target `{}` does not list model `{}`",
+            dest.target.name, dest.model
+        ));
+    }
+    match providers::build_request(dest.target, &dest.model, input.request) {
+        Ok(request) => {
+            attempt::run(attempt::AttemptSpec {
+                client: input.upstreams.client(dest.target_index),
+                request,
+                provider: dest.target.provider,
+                first_byte_timeout: hop.policy.first_byte_timeout,
+                deadline: input.deadline,
+                stream_commit: input.stream_commit,
+            })
+            .await
+        }
+        Err(e) => unroutable(e.0),
+    }
 }

@@ -1,11 +1,12 @@
 //! The data-plane server: the route table and the phases of one request, in order.
 
+mod lifecycle;
 mod respond;
 
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+pub use lifecycle::{start, GatewayHandle, GatewayOptions, ReloadFn};
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use axum::body::Body;
@@ -17,12 +18,11 @@ use http::{HeaderMap, StatusCode};
 use http_body_util::BodyExt;
 use sidetrack_config::Config;
 use sidetrack_dialects::{Dialect, GatewayErrorKind, ParsedRequest};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use crate::auth::{AuthError, KeyTable, Principal};
 use crate::engine::{self, WalkInput};
+use crate::health::Health;
+use crate::observe::metrics::Metrics;
 use crate::observe::RoutingLog;
 use crate::providers::Upstreams;
 use crate::routing::{self, Picker, RouteInput};
@@ -33,7 +33,6 @@ pub use respond::RequestCtx;
 pub struct Runtime {
     pub config: Arc<Config>,
     pub upstreams: Upstreams,
-    pub picker: Picker,
     pub keys: KeyTable,
 }
 
@@ -44,16 +43,34 @@ impl Runtime {
         Runtime {
             config: Arc::new(config),
             upstreams,
-            picker: Picker::default(),
             keys,
         }
     }
 }
 
+/// State that lives as long as the process, across config reloads.
 pub struct Shared {
     pub runtime: ArcSwap<Runtime>,
     pub log: RoutingLog,
     pub ready: AtomicBool,
+    /// Breakers and EWMAs per destination: survive reloads for destinations that still exist.
+    pub health: Health,
+    pub metrics: Arc<Metrics>,
+    /// Round-robin, weighted and P2C draws.
+    pub picker: Picker,
+    /// Requests that reached the walk, and those answered by a fallback hop (dashboard rate).
+    pub walked: AtomicU64,
+    pub fell_back: AtomicU64,
+    /// How `POST /admin/reload` gets a new config (the binary re-reads its file).
+    pub reload: Option<ReloadFn>,
+}
+
+impl Shared {
+    /// Swaps in a new config; in-flight requests keep the one they started with.
+    pub fn apply(&self, config: Config) {
+        self.health.sync_config(&config);
+        self.runtime.store(Arc::new(Runtime::new(config)));
+    }
 }
 
 /// The data-plane routes, each dialect path also under `/inference` (AgentCore's prefix).
@@ -127,7 +144,7 @@ async fn handle(shared: Arc<Shared>, dialect: Dialect, req: Request) -> Response
     // accept
     let rt = shared.runtime.load_full();
     let server = &rt.config.server;
-    let mut ctx = RequestCtx::new(&shared.log, dialect, req.uri().path(), server);
+    let mut ctx = RequestCtx::new(&shared, dialect, req.uri().path(), server);
     let deadline = ctx.started + server.request_timeout;
 
     // authenticate
@@ -199,7 +216,7 @@ async fn handle(shared: Arc<Shared>, dialect: Dialect, req: Request) -> Response
         principal: &principal.name,
         sticky: sticky_header.as_deref(),
     };
-    let Some(plan) = routing::resolve(&rt.config, &input, &rt.picker) else {
+    let Some(plan) = routing::resolve(&rt.config, &input, &shared.picker) else {
         let msg = format!("no route for model `{}`", parsed.model);
         return ctx.unroutable(&msg);
     };
@@ -213,7 +230,9 @@ async fn handle(shared: Arc<Shared>, dialect: Dialect, req: Request) -> Response
         upstreams: &rt.upstreams,
         deadline,
         stream_commit: server.stream_commit,
-        picker: &rt.picker,
+        picker: &shared.picker,
+        health: &shared.health,
+        metrics: &shared.metrics,
     })
     .await;
 
@@ -235,83 +254,5 @@ fn sticky_header_value(cfg: &Config, headers: &HeaderMap) -> Option<String> {
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned),
         _ => None,
-    })
-}
-
-/// A running gateway listener.
-pub struct GatewayHandle {
-    pub addr: SocketAddr,
-    pub shared: Arc<Shared>,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: JoinHandle<std::io::Result<()>>,
-}
-
-impl GatewayHandle {
-    pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// Stops accepting, lets in-flight requests finish (bounded by `grace`), then returns.
-    pub async fn shutdown(mut self, grace: Duration) -> std::io::Result<()> {
-        self.shared.ready.store(false, Ordering::Relaxed);
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        match tokio::time::timeout(grace, &mut self.task).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => Err(std::io::Error::other(e)),
-            Err(_) => {
-                self.task.abort();
-                Ok(())
-            }
-        }
-    }
-
-    /// Swaps in a new config. Requests in flight keep the config they started with.
-    pub fn reload(&self, config: Config) {
-        self.shared.runtime.store(Arc::new(Runtime::new(config)));
-    }
-
-    /// Waits until the server stops by itself (it does not, unless shut down).
-    pub async fn wait(self) -> std::io::Result<()> {
-        match self.task.await {
-            Ok(r) => r,
-            Err(e) => Err(std::io::Error::other(e)),
-        }
-    }
-}
-
-/// Binds `config.server.listen` (or `listen` when given) and serves until shut down.
-pub async fn start(
-    config: Config,
-    log: RoutingLog,
-    listen: Option<SocketAddr>,
-) -> std::io::Result<GatewayHandle> {
-    use axum::serve::ListenerExt;
-    let addr = listen.unwrap_or(config.server.listen);
-    let listener = TcpListener::bind(addr).await?;
-    let addr = listener.local_addr()?;
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let shared = Arc::new(Shared {
-        runtime: ArcSwap::from_pointee(Runtime::new(config)),
-        log,
-        ready: AtomicBool::new(true),
-    });
-    let app = router(shared.clone());
-    let (tx, rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = rx.await;
-            })
-            .await
-    });
-    Ok(GatewayHandle {
-        addr,
-        shared,
-        shutdown: Some(tx),
-        task,
     })
 }

@@ -11,7 +11,13 @@ use tokio::time::Instant;
 
 use crate::engine::relay::{OnFinish, RelayBody, RelayEnd};
 use crate::engine::{Returned, Upstream, WalkOutput};
-use crate::observe::{ms, RoutingLog, RoutingRecord, ServedBy, UsageRecord};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::health::DestHealth;
+use crate::observe::metrics::InFlightGuard;
+use crate::observe::{ms, RoutingRecord, ServedBy, UsageRecord};
+use crate::server::Shared;
 
 const HOP_BY_HOP: [&str; 8] = [
     "connection",
@@ -26,7 +32,8 @@ const HOP_BY_HOP: [&str; 8] = [
 
 /// What is known about a request as it moves through the phases.
 pub struct RequestCtx {
-    log: RoutingLog,
+    shared: Arc<Shared>,
+    in_flight: InFlightGuard,
     pub started: Instant,
     pub request_id: String,
     pub dialect: Dialect,
@@ -61,9 +68,10 @@ pub fn error_response(
 }
 
 impl RequestCtx {
-    pub fn new(log: &RoutingLog, dialect: Dialect, path: &str, server: &Server) -> RequestCtx {
+    pub fn new(shared: &Arc<Shared>, dialect: Dialect, path: &str, server: &Server) -> RequestCtx {
         RequestCtx {
-            log: log.clone(),
+            in_flight: shared.metrics.in_flight(),
+            shared: shared.clone(),
             started: Instant::now(),
             request_id: uuid::Uuid::now_v7().simple().to_string(),
             dialect,
@@ -104,6 +112,11 @@ impl RequestCtx {
         }
     }
 
+    /// Writes the routing record and the request metrics (SPEC §7: one line, one count per request).
+    fn finish(&self, rec: RoutingRecord) {
+        finish_record(&self.shared, self.started, rec);
+    }
+
     /// A gateway rejection before any routing (auth, size, parse, allow-list). Never a fallback.
     pub fn reject(self, kind: GatewayErrorKind, message: &str, why: &str) -> Response {
         let resp = error_response(self.dialect, kind, message, Some(&self.request_id));
@@ -112,7 +125,7 @@ impl RequestCtx {
             format!("gatewayRejected:{why}"),
             resp.status().as_u16(),
         );
-        self.log.record(rec);
+        self.finish(rec);
         resp
     }
 
@@ -125,7 +138,7 @@ impl RequestCtx {
             Some(&self.request_id),
         );
         let rec = self.record("ERROR", "unroutable".into(), resp.status().as_u16());
-        self.log.record(rec);
+        self.finish(rec);
         resp
     }
 
@@ -143,7 +156,7 @@ impl RequestCtx {
             );
             let mut rec = self.record("ERROR", "noEligibleDestination".into(), 503);
             rec.skipped = out.skipped;
-            self.log.record(rec);
+            self.finish(rec);
             return resp;
         };
         let Returned {
@@ -153,7 +166,15 @@ impl RequestCtx {
             outcome,
             fired,
             upstream,
+            health,
         } = returned;
+        self.shared.walked.fetch_add(1, Ordering::Relaxed);
+        if hop > 0 {
+            self.shared.fell_back.fetch_add(1, Ordering::Relaxed);
+            self.shared
+                .metrics
+                .fallback(self.rule_name.as_deref().unwrap_or(""), hop);
+        }
         let reason = if matches!(outcome, Outcome::Error(ErrorKind::Unroutable)) && attempts == 1 {
             "unroutable".to_owned()
         } else if fired {
@@ -237,14 +258,16 @@ impl RequestCtx {
 
         match live {
             None => {
-                self.log.record(rec);
+                self.finish(rec);
                 resp
             }
             Some((held, rest, scan)) => {
                 let finish = Box::new(Finish {
-                    log: self.log.clone(),
+                    shared: self.shared.clone(),
                     started: self.started,
                     rec,
+                    health,
+                    _in_flight: self.in_flight,
                 });
                 let body = RelayBody::new(held, rest, scan, self.dialect, deadline, finish);
                 let (parts, _) = resp.into_parts();
@@ -269,29 +292,56 @@ fn copy_headers(from: &http::HeaderMap, to: &mut http::HeaderMap) {
     to.remove(CONTENT_LENGTH);
 }
 
-/// Writes the routing record when a committed body ends.
+/// Writes the routing record when a committed body ends, and counts a failure after commit against
+/// the destination's breaker (SPEC §5.5).
 struct Finish {
-    log: RoutingLog,
+    shared: Arc<Shared>,
     started: Instant,
     rec: RoutingRecord,
+    health: Arc<DestHealth>,
+    /// The request stays in flight until its body ends.
+    _in_flight: InFlightGuard,
 }
 
 impl OnFinish for Finish {
     fn finish(self: Box<Self>, end: RelayEnd) {
         let Finish {
-            log,
+            shared,
             started,
             mut rec,
+            health,
+            _in_flight,
         } = *self;
         rec.mid_stream_error = end.mid_stream_error;
         rec.usage = end.usage.map(|u| UsageRecord {
             input_tokens: u.input_tokens,
             output_tokens: u.output_tokens,
         });
-        rec.latency_ms = ms(started.elapsed());
-        if end.mid_stream_error {
+        if end.mid_stream_error && !end.caller_gone {
             rec.outcome = "ERROR";
+            shared.health.record_mid_stream_failure(&health);
+            shared
+                .metrics
+                .mid_stream_error(&health.target, &health.model);
         }
-        log.record(rec);
+        finish_record(&shared, started, rec);
     }
+}
+
+/// The end of every request: metrics, token counts, then the routing log line.
+fn finish_record(shared: &Shared, started: Instant, mut rec: RoutingRecord) {
+    let elapsed = started.elapsed();
+    rec.latency_ms = ms(elapsed);
+    let m = &shared.metrics;
+    m.request(
+        rec.dialect,
+        rec.rule_name.as_deref().unwrap_or(""),
+        rec.status,
+        &rec.reason,
+        elapsed,
+    );
+    if let (Some(u), Some(s)) = (&rec.usage, &rec.served_by) {
+        m.tokens(&s.target, &s.model, u.input_tokens, u.output_tokens);
+    }
+    shared.log.record(rec);
 }

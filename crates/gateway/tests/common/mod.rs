@@ -11,10 +11,11 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use sidetrack_gateway::observe::RoutingRecord;
-use sidetrack_gateway::{GatewayHandle, RoutingLog};
+use sidetrack_gateway::{Clock, GatewayHandle, GatewayOptions, RoutingLog};
 use sidetrack_mock::{Behaviour, MockConfig, MockServer};
 
 pub struct Env {
+    pub clock: Clock,
     pub mock: MockServer,
     pub gw: GatewayHandle,
     pub log: RoutingLog,
@@ -65,19 +66,32 @@ pub fn dead_url() -> String {
 /// Starts the mock with `mock_cfg` and a gateway from `yaml`, where `${MOCK}` is the mock's base URL
 /// and `${DEAD}` a refused port.
 pub async fn start(yaml: &str, mock_cfg: MockConfig) -> Env {
+    start_with_clock(yaml, mock_cfg, Clock::real()).await
+}
+
+/// Like [`start`], with breakers reading `clock` (a manual clock steps through open windows).
+pub async fn start_with_clock(yaml: &str, mock_cfg: MockConfig, clock: Clock) -> Env {
     let mock = MockServer::start(mock_cfg).await.unwrap();
     let src = yaml
         .replace("${MOCK}", &mock.base_url())
         .replace("${DEAD}", &dead_url());
     let cfg = sidetrack_config::load_str(&src, "test.yaml").unwrap_or_else(|e| panic!("{e}"));
     let log = RoutingLog::memory();
-    let gw = sidetrack_gateway::start(cfg, log.clone(), Some("127.0.0.1:0".parse().unwrap()))
+    let options = GatewayOptions {
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        admin: Some("127.0.0.1:0".parse().unwrap()),
+        clock: clock.clone(),
+        seed: Some(7),
+        reload: None,
+    };
+    let gw = sidetrack_gateway::start(cfg, log.clone(), options)
         .await
         .unwrap();
     Env {
         mock,
         gw,
         log,
+        clock,
         client: Client::builder(TokioExecutor::new()).build_http(),
     }
 }
@@ -181,4 +195,73 @@ pub async fn run_sdk(script: &str, args: &[&str]) -> serde_json::Value {
 /// The text content of an OpenAI chat SSE body.
 pub fn streamed_text(sse: &str) -> String {
     sidetrack_dialects::openai_chat::stream_text(sse)
+}
+
+impl Env {
+    /// GET on the admin listener; returns status and body text.
+    pub async fn admin_get(&self, path: &str) -> (u16, String) {
+        self.admin("GET", path).await
+    }
+
+    pub async fn admin_post(&self, path: &str) -> (u16, String) {
+        self.admin("POST", path).await
+    }
+
+    async fn admin(&self, method: &str, path: &str) -> (u16, String) {
+        let req = http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.gw.admin_url()))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let resp = self.client.request(req).await.unwrap();
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// One destination's entry in `GET /admin/destinations`.
+    pub async fn destination(&self, target: &str, model: &str) -> serde_json::Value {
+        let (status, body) = self.admin_get("/admin/destinations").await;
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v["destinations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["target"] == target && d["model"] == model)
+            .cloned()
+            .unwrap_or_else(|| panic!("no destination {target}/{model} in {body}"))
+    }
+
+    pub async fn breaker(&self, target: &str, model: &str) -> String {
+        self.destination(target, model).await["state"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// The value of one exact Prometheus sample line (`name{labels}`), or 0 when absent.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let (_, text) = self.admin_get("/metrics").await;
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(series)
+                    .and_then(|rest| rest.strip_prefix(' '))
+            })
+            .map(|v| v.trim().parse().unwrap())
+            .unwrap_or(0.0)
+    }
+
+    /// Waits (bounded) until the mock has seen `n` hits for `model`.
+    pub async fn wait_hits(&self, model: &str, n: u64) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while self.mock.hits(model) < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "mock never saw {n} hits on {model}"
+            );
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
 }

@@ -1,0 +1,463 @@
+//! Per-destination health (SPEC §5.5, §5.8): one breaker, EWMAs and counters per target+model,
+//! shared by every rule and every request that uses the destination. This is the in-memory
+//! backend; it outlives config reloads (breaker state survives for destinations that still exist).
+
+mod clock;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use sidetrack_config::{BreakerPolicy, Config};
+use sidetrack_resilience::{Admission, Breaker, BreakerConfig, BreakerState, Probe, Transition};
+
+pub use clock::Clock;
+
+use crate::observe::metrics::Metrics;
+
+/// Weight of the newest time-to-first-byte sample (same α as the health score).
+const TTFB_ALPHA: f64 = 0.3;
+
+pub fn breaker_config(p: &BreakerPolicy) -> BreakerConfig {
+    BreakerConfig {
+        consecutive_failures: p.consecutive_failures,
+        open: p.open,
+        max_open: p.max_open,
+        backoff_multiplier: p.backoff_multiplier,
+        half_open_probes: p.half_open_probes,
+        honor_retry_after: p.honor_retry_after,
+        health_threshold: p.health_threshold,
+        restore_health: p.restore_health,
+    }
+}
+
+struct Inner {
+    breaker: Breaker,
+    last_transition: Option<(Transition, SystemTime)>,
+    ttfb_ewma_ms: Option<f64>,
+}
+
+/// The health of one destination.
+pub struct DestHealth {
+    pub target: String,
+    pub model: String,
+    inner: Mutex<Inner>,
+    disabled: AtomicBool,
+    in_flight: AtomicU32,
+    attempts: AtomicU64,
+    successes: AtomicU64,
+    failures: AtomicU64,
+    skips: AtomicU64,
+}
+
+/// What an attempt's outcome means for the destination's health.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Verdict {
+    Success,
+    /// A counted failure (matched triggers or `unhealthyCondition`, or a mid-stream failure), with
+    /// the retry delay the upstream asked for, if any.
+    Failure(Option<Duration>),
+    /// Neither: UNROUTABLE, a client error that matched no trigger.
+    Neutral,
+}
+
+/// Whether the walk may attempt a destination now.
+pub enum Admit {
+    /// Closed: go.
+    Allowed,
+    /// Half-open: this request is the one probe in flight.
+    Probe(ProbeGuard),
+    /// Open (or half-open with its probe taken): skip.
+    Skip,
+}
+
+/// A half-open probe slot; released on drop if no verdict was recorded (e.g. the caller left).
+pub struct ProbeGuard {
+    dest: Arc<DestHealth>,
+    probe: Option<Probe>,
+}
+
+impl Drop for ProbeGuard {
+    fn drop(&mut self) {
+        if let Some(p) = self.probe.take() {
+            if let Ok(mut inner) = self.dest.inner.lock() {
+                inner.breaker.release_probe(p);
+            }
+        }
+    }
+}
+
+/// Counts an attempt as in flight until dropped.
+pub struct InFlight(Arc<DestHealth>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl DestHealth {
+    fn new(target: &str, model: &str, cfg: BreakerConfig) -> DestHealth {
+        DestHealth {
+            target: target.to_owned(),
+            model: model.to_owned(),
+            inner: Mutex::new(Inner {
+                breaker: Breaker::new(cfg),
+                last_transition: None,
+                ttfb_ewma_ms: None,
+            }),
+            disabled: AtomicBool::new(false),
+            in_flight: AtomicU32::new(0),
+            attempts: AtomicU64::new(0),
+            successes: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            skips: AtomicU64::new(0),
+        }
+    }
+
+    pub fn is_disabled(&self) -> bool {
+        self.disabled.load(Ordering::Relaxed)
+    }
+
+    pub fn in_flight(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(self.clone())
+    }
+
+    pub fn note_skip(&self) {
+        self.skips.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// P2C score (SPEC §5.8): favours health and low time to first byte, penalises in-flight
+    /// requests. An unmeasured destination scores as if instant, so new members get tried.
+    pub fn score(&self) -> f64 {
+        let (health, ttfb) = match self.inner.lock() {
+            Ok(i) => (i.breaker.health(), i.ttfb_ewma_ms.unwrap_or(0.0)),
+            Err(_) => return 0.0,
+        };
+        let pending = f64::from(self.in_flight.load(Ordering::Relaxed));
+        (health / 100.0) / ((1.0 + ttfb) * (1.0 + pending))
+    }
+
+    fn open_until(&self) -> Option<Instant> {
+        self.inner.lock().ok().and_then(|i| i.breaker.open_until())
+    }
+}
+
+/// A read-only view for the admin API and the dashboard.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub target: String,
+    pub model: String,
+    pub state: BreakerState,
+    pub disabled: bool,
+    pub open_remaining: Option<Duration>,
+    pub consecutive_failures: u32,
+    pub health: f64,
+    pub ttfb_ewma_ms: Option<f64>,
+    pub in_flight: u32,
+    pub attempts: u64,
+    pub successes: u64,
+    pub failures: u64,
+    pub skips: u64,
+    pub reopens: u32,
+    pub last_transition: Option<(String, String, SystemTime)>,
+}
+
+/// Every destination's health, keyed by (target, model).
+pub struct Health {
+    clock: Clock,
+    metrics: Arc<Metrics>,
+    dests: RwLock<HashMap<(String, String), Arc<DestHealth>>>,
+    /// Breaker policy per target name (from the current config).
+    policies: RwLock<HashMap<String, BreakerConfig>>,
+}
+
+impl Health {
+    pub fn new(clock: Clock, metrics: Arc<Metrics>, cfg: &Config) -> Health {
+        let h = Health {
+            clock,
+            metrics,
+            dests: RwLock::default(),
+            policies: RwLock::default(),
+        };
+        h.sync_config(cfg);
+        h
+    }
+
+    pub fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    /// Applies a (re)loaded config: new policies for every target, and the destinations the config
+    /// names up front (pinned routes, literal target models) registered so the admin API lists them.
+    pub fn sync_config(&self, cfg: &Config) {
+        let policies: HashMap<String, BreakerConfig> = cfg
+            .targets
+            .iter()
+            .map(|t| (t.name.clone(), breaker_config(&t.circuit_breaker)))
+            .collect();
+        if let Ok(dests) = self.dests.read() {
+            for ((target, _), d) in dests.iter() {
+                if let (Some(p), Ok(mut inner)) = (policies.get(target), d.inner.lock()) {
+                    inner.breaker.set_config(p.clone());
+                }
+            }
+        }
+        if let Ok(mut w) = self.policies.write() {
+            *w = policies;
+        }
+        for (target, model) in declared_destinations(cfg) {
+            let _ = self.get(&target, &model);
+        }
+    }
+
+    /// The destination's health, created on first use.
+    pub fn get(&self, target: &str, model: &str) -> Arc<DestHealth> {
+        if let Ok(r) = self.dests.read() {
+            // Borrowed lookup without allocating: scan by parts.
+            if let Some(d) = r.get(&(target.to_owned(), model.to_owned())) {
+                return d.clone();
+            }
+        }
+        let cfg = self
+            .policies
+            .read()
+            .ok()
+            .and_then(|p| p.get(target).cloned())
+            .unwrap_or_default();
+        let mut w = match self.dests.write() {
+            Ok(w) => w,
+            Err(p) => p.into_inner(),
+        };
+        w.entry((target.to_owned(), model.to_owned()))
+            .or_insert_with(|| {
+                self.metrics.breaker_state(target, model, 0);
+                Arc::new(DestHealth::new(target, model, cfg))
+            })
+            .clone()
+    }
+
+    /// Looks up a destination without creating it.
+    pub fn find(&self, target: &str, model: &str) -> Option<Arc<DestHealth>> {
+        self.dests
+            .read()
+            .ok()?
+            .get(&(target.to_owned(), model.to_owned()))
+            .cloned()
+    }
+
+    /// May the walk attempt `d` now? Takes the half-open probe slot when that is what it gets.
+    pub fn admit(&self, d: &Arc<DestHealth>) -> Admit {
+        let now = self.now();
+        let (admission, transition) = match d.inner.lock() {
+            Ok(mut i) => i.breaker.try_acquire(now),
+            Err(_) => return Admit::Allowed,
+        };
+        if let Some(t) = transition {
+            self.transitioned(d, t);
+        }
+        match admission {
+            Admission::Allowed => Admit::Allowed,
+            Admission::Probe(p) => Admit::Probe(ProbeGuard {
+                dest: d.clone(),
+                probe: Some(p),
+            }),
+            Admission::Skip => Admit::Skip,
+        }
+    }
+
+    /// Could `d` be admitted now (closed, or a free probe slot)? Does not take the slot.
+    pub fn can_admit(&self, d: &DestHealth) -> bool {
+        let now = self.now();
+        d.inner
+            .lock()
+            .map(|i| i.breaker.can_admit(now))
+            .unwrap_or(true)
+    }
+
+    pub fn state(&self, d: &DestHealth) -> BreakerState {
+        let now = self.now();
+        d.inner
+            .lock()
+            .map(|i| i.breaker.state(now))
+            .unwrap_or(BreakerState::Closed)
+    }
+
+    /// Among `dests`, the one whose open period ends first (the forced pick for a last hop).
+    pub fn soonest_to_close<'d>(
+        &self,
+        dests: &'d [Arc<DestHealth>],
+    ) -> Option<&'d Arc<DestHealth>> {
+        dests.iter().min_by_key(|d| d.open_until())
+    }
+
+    /// Records an attempt's verdict (and its time to first byte on success).
+    pub fn record(
+        &self,
+        d: &Arc<DestHealth>,
+        verdict: Verdict,
+        probe: Option<ProbeGuard>,
+        first_byte: Option<Duration>,
+    ) {
+        d.attempts.fetch_add(1, Ordering::Relaxed);
+        let probe = probe.and_then(|mut g| g.probe.take());
+        let now = self.now();
+        let transition = {
+            let Ok(mut i) = d.inner.lock() else { return };
+            match verdict {
+                Verdict::Success => {
+                    d.successes.fetch_add(1, Ordering::Relaxed);
+                    if let Some(fb) = first_byte {
+                        let sample = fb.as_secs_f64() * 1000.0;
+                        i.ttfb_ewma_ms = Some(match i.ttfb_ewma_ms {
+                            None => sample,
+                            Some(prev) => TTFB_ALPHA * sample + (1.0 - TTFB_ALPHA) * prev,
+                        });
+                    }
+                    i.breaker.on_success(probe)
+                }
+                Verdict::Failure(retry_after) => {
+                    d.failures.fetch_add(1, Ordering::Relaxed);
+                    i.breaker.on_failure(now, probe, retry_after)
+                }
+                Verdict::Neutral => {
+                    if let Some(p) = probe {
+                        i.breaker.release_probe(p);
+                    }
+                    None
+                }
+            }
+        };
+        if let Some(t) = transition {
+            self.transitioned(d, t);
+        }
+    }
+
+    /// A failure after the commit point (mid-stream): always a counted failure (SPEC §5.5).
+    pub fn record_mid_stream_failure(&self, d: &Arc<DestHealth>) {
+        let now = self.now();
+        d.failures.fetch_add(1, Ordering::Relaxed);
+        let t = d
+            .inner
+            .lock()
+            .ok()
+            .and_then(|mut i| i.breaker.on_failure(now, None, None));
+        if let Some(t) = t {
+            self.transitioned(d, t);
+        }
+    }
+
+    fn transitioned(&self, d: &DestHealth, t: Transition) {
+        tracing::warn!(target: "sidetrack::breaker", destination = %format!("{}/{}", d.target, d.model), "breaker {t}");
+        self.metrics
+            .breaker_transition(&d.target, &d.model, t.to.as_str());
+        self.metrics
+            .breaker_state(&d.target, &d.model, i64::from(t.to.gauge()));
+        if let Ok(mut i) = d.inner.lock() {
+            i.last_transition = Some((t, SystemTime::now()));
+        }
+    }
+
+    /// Admin: switch a destination off (always skipped) or back on. Creates it if the target exists
+    /// in the config but the destination has not been used yet. Returns false for an unknown target.
+    pub fn set_disabled(&self, target: &str, model: &str, disabled: bool) -> bool {
+        if !self
+            .policies
+            .read()
+            .map(|p| p.contains_key(target))
+            .unwrap_or(false)
+        {
+            return false;
+        }
+        self.get(target, model)
+            .disabled
+            .store(disabled, Ordering::Relaxed);
+        true
+    }
+
+    /// Admin: close the breaker.
+    pub fn reset(&self, target: &str, model: &str) -> bool {
+        let Some(d) = self.find(target, model) else {
+            return false;
+        };
+        let t = d.inner.lock().ok().and_then(|mut i| i.breaker.reset());
+        if let Some(t) = t {
+            self.transitioned(&d, t);
+        }
+        true
+    }
+
+    pub fn snapshot(&self) -> Vec<Snapshot> {
+        let now = self.now();
+        let Ok(dests) = self.dests.read() else {
+            return Vec::new();
+        };
+        let mut out: Vec<Snapshot> = dests
+            .values()
+            .filter_map(|d| {
+                let i = d.inner.lock().ok()?;
+                let state = i.breaker.state(now);
+                Some(Snapshot {
+                    target: d.target.clone(),
+                    model: d.model.clone(),
+                    state,
+                    disabled: d.is_disabled(),
+                    open_remaining: match state {
+                        BreakerState::Open { until } => Some(until.saturating_duration_since(now)),
+                        _ => None,
+                    },
+                    consecutive_failures: i.breaker.consecutive_failures(),
+                    health: i.breaker.health(),
+                    ttfb_ewma_ms: i.ttfb_ewma_ms,
+                    in_flight: d.in_flight.load(Ordering::Relaxed),
+                    attempts: d.attempts.load(Ordering::Relaxed),
+                    successes: d.successes.load(Ordering::Relaxed),
+                    failures: d.failures.load(Ordering::Relaxed),
+                    skips: d.skips.load(Ordering::Relaxed),
+                    reopens: i.breaker.reopen_count(),
+                    last_transition: i
+                        .last_transition
+                        .as_ref()
+                        .map(|(t, at)| (t.to.as_str().to_owned(), t.reason.to_string(), *at)),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.target, &a.model).cmp(&(&b.target, &b.model)));
+        out
+    }
+}
+
+/// Destinations a config names explicitly: pinned route destinations and literal target models.
+fn declared_destinations(cfg: &Config) -> Vec<(String, String)> {
+    use sidetrack_config::{DestinationRef, Route, StaticRoute};
+    let mut out = Vec::new();
+    let mut add = |d: &DestinationRef| {
+        if let Some(m) = &d.model {
+            out.push((d.target.clone(), m.clone()));
+        }
+    };
+    fn each_static(s: &StaticRoute, add: &mut dyn FnMut(&DestinationRef)) {
+        add(&s.primary);
+        for f in &s.fallbacks {
+            add(&f.destination);
+        }
+    }
+    for r in &cfg.rules {
+        match &r.route {
+            Route::Static(s) => each_static(s, &mut add),
+            Route::PriorityGroups(groups) => groups
+                .iter()
+                .flat_map(|g| &g.destinations)
+                .for_each(&mut add),
+            Route::Weighted(w) => w.legs.iter().for_each(|l| each_static(&l.route, &mut add)),
+        }
+    }
+    for t in &cfg.targets {
+        for m in t.models.iter().filter(|m| !crate::glob::is_glob(m)) {
+            out.push((t.name.clone(), m.clone()));
+        }
+    }
+    out
+}

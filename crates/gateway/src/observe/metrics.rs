@@ -1,0 +1,950 @@
+//! Prometheus metrics (SPEC §7.2): every metric name the gateway exposes lives in this one module
+//! (STYLE habit 13), so a dashboard author can find them all in one place.
+//!
+//! The engine calls the recording methods on [`Metrics`] with the strings it already has (the
+//! routing log's vocabulary); labels that come from a small fixed set are turned into small enums or
+//! `&'static str` here, so the hot path does not allocate for them and a typo cannot invent a new
+//! series. `GET /metrics` serves [`Metrics::render`] with [`Metrics::CONTENT_TYPE`].
+//!
+//! Cost per call: one read-lock on the family's label map (`Family::get_or_create`; the write lock is
+//! taken only the first time a label set is seen) plus an atomic add. Target/model labels are
+//! copied into owned strings to look the series up.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Latency buckets in seconds, 1 ms to 120 s: LLM calls range from cached millisecond answers to
+/// minutes-long generations.
+pub const LATENCY_BUCKETS: [f64; 16] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+
+/// The `rule` label for requests served by default routing (the routing log's `ruleName: null`).
+pub const DEFAULT_RULE: &str = "default";
+
+/// The exposed metric names, exactly as they appear in the text exposition.
+pub mod names {
+    pub const REQUESTS_TOTAL: &str = "sidetrack_requests_total";
+    pub const ATTEMPTS_TOTAL: &str = "sidetrack_attempts_total";
+    pub const FALLBACKS_TOTAL: &str = "sidetrack_fallbacks_total";
+    pub const SKIPS_TOTAL: &str = "sidetrack_skips_total";
+    pub const BREAKER_STATE: &str = "sidetrack_breaker_state";
+    pub const BREAKER_TRANSITIONS_TOTAL: &str = "sidetrack_breaker_transitions_total";
+    pub const IN_FLIGHT_REQUESTS: &str = "sidetrack_in_flight_requests";
+    pub const REQUEST_DURATION_SECONDS: &str = "sidetrack_request_duration_seconds";
+    pub const TIME_TO_FIRST_BYTE_SECONDS: &str = "sidetrack_time_to_first_byte_seconds";
+    pub const ATTEMPT_DURATION_SECONDS: &str = "sidetrack_attempt_duration_seconds";
+    pub const TOKENS_TOTAL: &str = "sidetrack_tokens_total";
+    pub const MID_STREAM_ERRORS_TOTAL: &str = "sidetrack_mid_stream_errors_total";
+
+    /// Every name above, in registration order.
+    pub const ALL: [&str; 12] = [
+        REQUESTS_TOTAL,
+        ATTEMPTS_TOTAL,
+        FALLBACKS_TOTAL,
+        SKIPS_TOTAL,
+        BREAKER_STATE,
+        BREAKER_TRANSITIONS_TOTAL,
+        IN_FLIGHT_REQUESTS,
+        REQUEST_DURATION_SECONDS,
+        TIME_TO_FIRST_BYTE_SECONDS,
+        ATTEMPT_DURATION_SECONDS,
+        TOKENS_TOTAL,
+        MID_STREAM_ERRORS_TOTAL,
+    ];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Label values from small fixed sets
+// ---------------------------------------------------------------------------------------------
+
+/// Writes a label enum as its `as_str()` (the derive would use the Rust variant name instead).
+macro_rules! label_value_as_str {
+    ($t:ty) => {
+        impl EncodeLabelValue for $t {
+            fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), fmt::Error> {
+                EncodeLabelValue::encode(&self.as_str(), encoder)
+            }
+        }
+    };
+}
+
+/// `attempts_total{outcome}`: the routing log's attempt outcome (resilience `Outcome::label`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AttemptOutcome {
+    Success,
+    Status,
+    ConnectionError,
+    FirstByteTimeout,
+    Unroutable,
+    /// A label this module does not know yet; kept visible rather than dropped.
+    Other,
+}
+
+impl AttemptOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Success => "SUCCESS",
+            AttemptOutcome::Status => "STATUS",
+            AttemptOutcome::ConnectionError => "CONNECTION_ERROR",
+            AttemptOutcome::FirstByteTimeout => "FIRST_BYTE_TIMEOUT",
+            AttemptOutcome::Unroutable => "UNROUTABLE",
+            AttemptOutcome::Other => "OTHER",
+        }
+    }
+
+    pub fn parse(s: &str) -> AttemptOutcome {
+        match s {
+            "SUCCESS" => AttemptOutcome::Success,
+            "STATUS" => AttemptOutcome::Status,
+            "CONNECTION_ERROR" => AttemptOutcome::ConnectionError,
+            "FIRST_BYTE_TIMEOUT" => AttemptOutcome::FirstByteTimeout,
+            "UNROUTABLE" => AttemptOutcome::Unroutable,
+            _ => AttemptOutcome::Other,
+        }
+    }
+}
+label_value_as_str!(AttemptOutcome);
+
+/// `breaker_transitions_total{to}`: the state a breaker moved to (resilience `BreakerState::as_str`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BreakerTo {
+    Closed,
+    HalfOpen,
+    Open,
+    /// A label this module does not know yet; kept visible rather than dropped.
+    Other,
+}
+
+impl BreakerTo {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BreakerTo::Closed => "CLOSED",
+            BreakerTo::HalfOpen => "HALF_OPEN",
+            BreakerTo::Open => "OPEN",
+            BreakerTo::Other => "OTHER",
+        }
+    }
+
+    pub fn parse(s: &str) -> BreakerTo {
+        match s {
+            "CLOSED" => BreakerTo::Closed,
+            "HALF_OPEN" => BreakerTo::HalfOpen,
+            "OPEN" => BreakerTo::Open,
+            _ => BreakerTo::Other,
+        }
+    }
+}
+label_value_as_str!(BreakerTo);
+
+/// `tokens_total{direction}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    Input,
+    Output,
+}
+
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Input => "input",
+            Direction::Output => "output",
+        }
+    }
+}
+label_value_as_str!(Direction);
+
+/// `requests_total{status_class}`: `"1xx"` … `"5xx"`; anything outside 100–599 is `"other"`.
+pub fn status_class(status: u16) -> &'static str {
+    match status {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        500..=599 => "5xx",
+        _ => "other",
+    }
+}
+
+/// Borrow a `'static` copy of `s` when it is one of `known`, so common label values do not allocate;
+/// otherwise own it. Used for labels that are mostly a fixed set with a parameterised tail
+/// (`servedViaFallbackHop:<n>`, `INELIGIBLE:<reason>`).
+fn interned(s: &str, known: &[&'static str]) -> Cow<'static, str> {
+    match known.iter().find(|k| **k == s) {
+        Some(k) => Cow::Borrowed(k),
+        None => Cow::Owned(s.to_owned()),
+    }
+}
+
+const DIALECTS: &[&str] = &[
+    "openai-chat",
+    "openai-responses",
+    "anthropic-messages",
+    "bedrock-invoke",
+    "bedrock-converse",
+];
+const REASONS: &[&str] = &[
+    "servedByPrimary",
+    "servedViaFallbackHop:1",
+    "servedViaFallbackHop:2",
+    "servedViaFallbackHop:3",
+    "chainExhausted",
+    "noEligibleDestination",
+    "unroutable",
+];
+const SKIP_WHYS: &[&str] = &["BREAKER_OPEN", "DISABLED"];
+
+fn rule_label(rule: &str) -> Cow<'static, str> {
+    if rule.is_empty() {
+        Cow::Borrowed(DEFAULT_RULE)
+    } else {
+        Cow::Owned(rule.to_owned())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Label sets (field order = label order in the exposition)
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub dialect: Cow<'static, str>,
+    pub rule: Cow<'static, str>,
+    pub status_class: &'static str,
+    pub reason: Cow<'static, str>,
+}
+
+/// One destination: a (target, model) pair.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct DestinationLabels {
+    pub target: String,
+    pub model: String,
+}
+
+impl DestinationLabels {
+    fn new(target: &str, model: &str) -> DestinationLabels {
+        DestinationLabels {
+            target: target.to_owned(),
+            model: model.to_owned(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct AttemptLabels {
+    pub target: String,
+    pub model: String,
+    pub outcome: AttemptOutcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct FallbackLabels {
+    pub rule: Cow<'static, str>,
+    pub hop: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct SkipLabels {
+    pub target: String,
+    pub model: String,
+    pub why: Cow<'static, str>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct TransitionLabels {
+    pub target: String,
+    pub model: String,
+    pub to: BreakerTo,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct TokenLabels {
+    pub target: String,
+    pub model: String,
+    pub direction: Direction,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
+}
+
+type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
+
+// ---------------------------------------------------------------------------------------------
+// The registry
+// ---------------------------------------------------------------------------------------------
+
+/// Every metric of SPEC §7.2 and the registry that renders them. Share it behind an `Arc`.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    attempts: Family<AttemptLabels, Counter>,
+    fallbacks: Family<FallbackLabels, Counter>,
+    skips: Family<SkipLabels, Counter>,
+    breaker_state: Family<DestinationLabels, Gauge>,
+    breaker_transitions: Family<TransitionLabels, Counter>,
+    in_flight: Gauge,
+    request_duration: Histogram,
+    time_to_first_byte: HistogramFamily<DestinationLabels>,
+    attempt_duration: HistogramFamily<DestinationLabels>,
+    tokens: Family<TokenLabels, Counter>,
+    mid_stream_errors: Family<DestinationLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// The `Content-Type` of [`Metrics::render`]: Prometheus text format 0.0.4.
+    pub const CONTENT_TYPE: &'static str =
+        prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+    pub fn new() -> Metrics {
+        let m = Metrics {
+            registry: Registry::with_prefix("sidetrack"),
+            requests: Family::default(),
+            attempts: Family::default(),
+            fallbacks: Family::default(),
+            skips: Family::default(),
+            breaker_state: Family::default(),
+            breaker_transitions: Family::default(),
+            in_flight: Gauge::default(),
+            request_duration: latency_histogram(),
+            time_to_first_byte: Family::new_with_constructor(latency_histogram),
+            attempt_duration: Family::new_with_constructor(latency_histogram),
+            tokens: Family::default(),
+            mid_stream_errors: Family::default(),
+        };
+        m.registered()
+    }
+
+    /// Registers every family. Names here are without the `sidetrack_` prefix (the registry adds
+    /// it) and, for counters, without `_total` (the encoder adds it): see [`names`] for the result.
+    fn registered(mut self) -> Metrics {
+        let r = &mut self.registry;
+        r.register(
+            "requests",
+            "Requests finished, by dialect, rule, status class and routing reason",
+            self.requests.clone(),
+        );
+        r.register(
+            "attempts",
+            "Upstream attempts, by destination and outcome",
+            self.attempts.clone(),
+        );
+        r.register(
+            "fallbacks",
+            "Fallbacks taken, by rule and the hop fallen back to",
+            self.fallbacks.clone(),
+        );
+        r.register(
+            "skips",
+            "Destinations skipped during the walk, by why",
+            self.skips.clone(),
+        );
+        r.register(
+            "breaker_state",
+            "Circuit breaker state (0 closed, 1 half-open, 2 open)",
+            self.breaker_state.clone(),
+        );
+        r.register(
+            "breaker_transitions",
+            "Circuit breaker state changes, by the state entered",
+            self.breaker_transitions.clone(),
+        );
+        r.register(
+            "in_flight_requests",
+            "Requests currently being handled",
+            self.in_flight.clone(),
+        );
+        r.register(
+            "request_duration_seconds",
+            "Whole-request latency as the caller sees it",
+            self.request_duration.clone(),
+        );
+        r.register(
+            "time_to_first_byte_seconds",
+            "Time from sending an attempt to its first response-body byte",
+            self.time_to_first_byte.clone(),
+        );
+        r.register(
+            "attempt_duration_seconds",
+            "Duration of one upstream attempt",
+            self.attempt_duration.clone(),
+        );
+        r.register(
+            "tokens",
+            "Tokens reported by upstream usage, by direction",
+            self.tokens.clone(),
+        );
+        r.register(
+            "mid_stream_errors",
+            "Streams that failed after the commit point",
+            self.mid_stream_errors.clone(),
+        );
+        self
+    }
+
+    /// One finished request. `rule` is `""` for default routing (label `"default"`); `status` is
+    /// reduced to its class.
+    pub fn request(
+        &self,
+        dialect: &str,
+        rule: &str,
+        status: u16,
+        reason: &str,
+        duration: Duration,
+    ) {
+        let labels = RequestLabels {
+            dialect: interned(dialect, DIALECTS),
+            rule: rule_label(rule),
+            status_class: status_class(status),
+            reason: interned(reason, REASONS),
+        };
+        self.requests.get_or_create(&labels).inc();
+        self.request_duration.observe(duration.as_secs_f64());
+    }
+
+    /// One upstream attempt. `outcome` is the routing log's attempt outcome; `first_byte` is set when
+    /// a response-body byte arrived.
+    pub fn attempt(
+        &self,
+        target: &str,
+        model: &str,
+        outcome: &str,
+        duration: Duration,
+        first_byte: Option<Duration>,
+    ) {
+        let labels = AttemptLabels {
+            target: target.to_owned(),
+            model: model.to_owned(),
+            outcome: AttemptOutcome::parse(outcome),
+        };
+        self.attempts.get_or_create(&labels).inc();
+        let dest = DestinationLabels {
+            target: labels.target,
+            model: labels.model,
+        };
+        self.attempt_duration
+            .get_or_create(&dest)
+            .observe(duration.as_secs_f64());
+        if let Some(ttfb) = first_byte {
+            self.time_to_first_byte
+                .get_or_create(&dest)
+                .observe(ttfb.as_secs_f64());
+        }
+    }
+
+    /// A request whose response came from fallback hop `hop` (≥ 1). `rule` as in [`Metrics::request`].
+    pub fn fallback(&self, rule: &str, hop: usize) {
+        let labels = FallbackLabels {
+            rule: rule_label(rule),
+            hop,
+        };
+        self.fallbacks.get_or_create(&labels).inc();
+    }
+
+    /// A destination skipped during the walk; `why` is `BREAKER_OPEN`, `DISABLED` or
+    /// `INELIGIBLE:<reason>`.
+    pub fn skip(&self, target: &str, model: &str, why: &str) {
+        let labels = SkipLabels {
+            target: target.to_owned(),
+            model: model.to_owned(),
+            why: interned(why, SKIP_WHYS),
+        };
+        self.skips.get_or_create(&labels).inc();
+    }
+
+    /// Sets a destination's breaker gauge: 0 closed, 1 half-open, 2 open.
+    pub fn breaker_state(&self, target: &str, model: &str, gauge: i64) {
+        self.breaker_state
+            .get_or_create(&DestinationLabels::new(target, model))
+            .set(gauge);
+    }
+
+    /// A breaker changed state; `to` is `CLOSED`, `HALF_OPEN` or `OPEN`. Does not touch the gauge:
+    /// call [`Metrics::breaker_state`] too (the engine knows the numeric state).
+    pub fn breaker_transition(&self, target: &str, model: &str, to: &str) {
+        let labels = TransitionLabels {
+            target: target.to_owned(),
+            model: model.to_owned(),
+            to: BreakerTo::parse(to),
+        };
+        self.breaker_transitions.get_or_create(&labels).inc();
+    }
+
+    /// Counts a request in flight until the returned guard is dropped.
+    pub fn in_flight(&self) -> InFlightGuard {
+        self.in_flight.inc();
+        InFlightGuard {
+            gauge: self.in_flight.clone(),
+        }
+    }
+
+    /// A stream that failed after the commit point (SPEC §5.6).
+    pub fn mid_stream_error(&self, target: &str, model: &str) {
+        self.mid_stream_errors
+            .get_or_create(&DestinationLabels::new(target, model))
+            .inc();
+    }
+
+    /// Usage reported by the upstream. Both directions are recorded (also when 0) so the series
+    /// exist from a destination's first response.
+    pub fn tokens(&self, target: &str, model: &str, input: u64, output: u64) {
+        let mut labels = TokenLabels {
+            target: target.to_owned(),
+            model: model.to_owned(),
+            direction: Direction::Input,
+        };
+        self.tokens.get_or_create(&labels).inc_by(input);
+        labels.direction = Direction::Output;
+        self.tokens.get_or_create(&labels).inc_by(output);
+    }
+
+    /// The Prometheus text exposition of every metric; serve it with [`Metrics::CONTENT_TYPE`].
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(8 * 1024);
+        // Writing into a String cannot fail; an Err could only come from a label encoder, and a
+        // partial page is still more useful to a scraper than none.
+        if let Err(e) =
+            prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
+        {
+            tracing::warn!(error = %e, "encoding metrics failed");
+        }
+        out
+    }
+}
+
+/// Holds one unit of `sidetrack_in_flight_requests`; decrements it when dropped.
+#[derive(Debug)]
+#[must_use = "the request counts as in flight only while the guard is alive"]
+pub struct InFlightGuard {
+    gauge: Gauge,
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the sample line whose name-and-labels part is exactly `series`.
+    fn sample(text: &str, series: &str) -> Option<String> {
+        text.lines().find_map(|line| {
+            let (head, value) = line.rsplit_once(' ')?;
+            (head == series).then(|| value.to_owned())
+        })
+    }
+
+    fn value(m: &Metrics, series: &str) -> String {
+        let text = m.render();
+        match sample(&text, series) {
+            Some(v) => v,
+            None => panic!("no sample `{series}` in:\n{text}"),
+        }
+    }
+
+    #[test]
+    fn exposes_exactly_the_spec_names() {
+        let m = Metrics::new();
+        // Touch every labelled family so it has samples.
+        m.request(
+            "openai-chat",
+            "",
+            200,
+            "servedByPrimary",
+            Duration::from_millis(5),
+        );
+        m.attempt(
+            "a",
+            "m",
+            "SUCCESS",
+            Duration::from_millis(5),
+            Some(Duration::from_millis(1)),
+        );
+        m.fallback("r", 1);
+        m.skip("a", "m", "DISABLED");
+        m.breaker_state("a", "m", 0);
+        m.breaker_transition("a", "m", "OPEN");
+        m.mid_stream_error("a", "m");
+        m.tokens("a", "m", 1, 1);
+        let text = m.render();
+
+        let mut typed: Vec<(&str, &str)> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_once(' '))
+            .collect();
+        typed.sort();
+        let mut expected: Vec<(&str, &str)> = names::ALL
+            .iter()
+            .map(|n| {
+                let kind = if n.ends_with("_seconds") {
+                    "histogram"
+                } else if n.ends_with("_total") {
+                    "counter"
+                } else {
+                    "gauge"
+                };
+                (*n, kind)
+            })
+            .collect();
+        expected.sort();
+        assert_eq!(typed, expected, "{text}");
+
+        // Every sample line belongs to one of the names (histograms add _bucket/_sum/_count).
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let name = line.split(['{', ' ']).next().unwrap_or_default();
+            let base = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s).filter(|b| b.ends_with("_seconds")))
+                .unwrap_or(name);
+            assert!(names::ALL.contains(&base), "unexpected series {name}");
+        }
+    }
+
+    #[test]
+    fn request_counts_by_class_and_default_rule() {
+        let m = Metrics::new();
+        m.request(
+            "openai-chat",
+            "",
+            200,
+            "servedByPrimary",
+            Duration::from_millis(20),
+        );
+        m.request(
+            "openai-chat",
+            "",
+            204,
+            "servedByPrimary",
+            Duration::from_millis(20),
+        );
+        m.request(
+            "anthropic-messages",
+            "chat-resilient",
+            503,
+            "chainExhausted",
+            Duration::from_secs(3),
+        );
+        m.request(
+            "openai-chat",
+            "r",
+            429,
+            "gatewayRejected:rateLimited",
+            Duration::ZERO,
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_requests_total{dialect="openai-chat",rule="default",status_class="2xx",reason="servedByPrimary"}"#
+            ),
+            "2"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_requests_total{dialect="anthropic-messages",rule="chat-resilient",status_class="5xx",reason="chainExhausted"}"#
+            ),
+            "1"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_requests_total{dialect="openai-chat",rule="r",status_class="4xx",reason="gatewayRejected:rateLimited"}"#
+            ),
+            "1"
+        );
+        assert_eq!(value(&m, "sidetrack_request_duration_seconds_count"), "4");
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_request_duration_seconds_bucket{le="0.001"}"#
+            ),
+            "1"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_request_duration_seconds_bucket{le="0.025"}"#
+            ),
+            "3"
+        );
+        assert_eq!(
+            value(&m, r#"sidetrack_request_duration_seconds_bucket{le="2.5"}"#),
+            "3"
+        );
+        assert_eq!(
+            value(&m, r#"sidetrack_request_duration_seconds_bucket{le="5"}"#),
+            "4"
+        );
+        assert_eq!(
+            value(&m, r#"sidetrack_request_duration_seconds_bucket{le="120"}"#),
+            "4"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_request_duration_seconds_bucket{le="+Inf"}"#
+            ),
+            "4"
+        );
+        assert_eq!(value(&m, "sidetrack_request_duration_seconds_sum"), "3.04");
+    }
+
+    #[test]
+    fn status_classes() {
+        assert_eq!(status_class(101), "1xx");
+        assert_eq!(status_class(200), "2xx");
+        assert_eq!(status_class(302), "3xx");
+        assert_eq!(status_class(499), "4xx");
+        assert_eq!(status_class(529), "5xx");
+        assert_eq!(status_class(0), "other");
+        assert_eq!(status_class(600), "other");
+    }
+
+    #[test]
+    fn attempt_counts_and_times() {
+        let m = Metrics::new();
+        m.attempt(
+            "a",
+            "m",
+            "SUCCESS",
+            Duration::from_millis(300),
+            Some(Duration::from_millis(40)),
+        );
+        m.attempt("a", "m", "FIRST_BYTE_TIMEOUT", Duration::from_secs(2), None);
+        m.attempt(
+            "b",
+            "m2",
+            "CONNECTION_ERROR",
+            Duration::from_millis(3),
+            None,
+        );
+        m.attempt("b", "m2", "something-new", Duration::from_millis(3), None);
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_attempts_total{target="a",model="m",outcome="SUCCESS"}"#
+            ),
+            "1"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_attempts_total{target="a",model="m",outcome="FIRST_BYTE_TIMEOUT"}"#
+            ),
+            "1"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_attempts_total{target="b",model="m2",outcome="CONNECTION_ERROR"}"#
+            ),
+            "1"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_attempts_total{target="b",model="m2",outcome="OTHER"}"#
+            ),
+            "1"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_attempt_duration_seconds_count{target="a",model="m"}"#
+            ),
+            "2"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_attempt_duration_seconds_bucket{target="a",model="m",le="0.5"}"#
+            ),
+            "1"
+        );
+        // Only the attempt that saw a first byte is in the TTFB histogram.
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_time_to_first_byte_seconds_count{target="a",model="m"}"#
+            ),
+            "1"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_time_to_first_byte_seconds_bucket{target="a",model="m",le="0.05"}"#
+            ),
+            "1"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_time_to_first_byte_seconds_bucket{target="a",model="m",le="0.025"}"#
+            ),
+            "0"
+        );
+        assert!(m
+            .render()
+            .lines()
+            .all(|l| !l.starts_with(r#"sidetrack_time_to_first_byte_seconds_count{target="b""#)));
+    }
+
+    #[test]
+    fn fallbacks_and_skips() {
+        let m = Metrics::new();
+        m.fallback("chat", 1);
+        m.fallback("chat", 1);
+        m.fallback("", 2);
+        m.skip("a", "m", "BREAKER_OPEN");
+        m.skip("a", "m", "INELIGIBLE:toolsUnsupported");
+        m.skip("a", "m", "BREAKER_OPEN");
+        assert_eq!(
+            value(&m, r#"sidetrack_fallbacks_total{rule="chat",hop="1"}"#),
+            "2"
+        );
+        assert_eq!(
+            value(&m, r#"sidetrack_fallbacks_total{rule="default",hop="2"}"#),
+            "1"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_skips_total{target="a",model="m",why="BREAKER_OPEN"}"#
+            ),
+            "2"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_skips_total{target="a",model="m",why="INELIGIBLE:toolsUnsupported"}"#
+            ),
+            "1"
+        );
+    }
+
+    #[test]
+    fn breaker_gauge_and_transitions() {
+        let m = Metrics::new();
+        m.breaker_state("a", "m", 2);
+        m.breaker_transition("a", "m", "OPEN");
+        assert_eq!(
+            value(&m, r#"sidetrack_breaker_state{target="a",model="m"}"#),
+            "2"
+        );
+        m.breaker_state("a", "m", 1);
+        m.breaker_transition("a", "m", "HALF_OPEN");
+        m.breaker_state("a", "m", 0);
+        m.breaker_transition("a", "m", "CLOSED");
+        m.breaker_transition("a", "m", "OPEN");
+        assert_eq!(
+            value(&m, r#"sidetrack_breaker_state{target="a",model="m"}"#),
+            "0"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_breaker_transitions_total{target="a",model="m",to="OPEN"}"#
+            ),
+            "2"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_breaker_transitions_total{target="a",model="m",to="HALF_OPEN"}"#
+            ),
+            "1"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_breaker_transitions_total{target="a",model="m",to="CLOSED"}"#
+            ),
+            "1"
+        );
+    }
+
+    #[test]
+    fn in_flight_guard_counts_while_alive() {
+        let m = Metrics::new();
+        assert_eq!(value(&m, "sidetrack_in_flight_requests"), "0");
+        let a = m.in_flight();
+        let b = m.in_flight();
+        assert_eq!(value(&m, "sidetrack_in_flight_requests"), "2");
+        drop(a);
+        assert_eq!(value(&m, "sidetrack_in_flight_requests"), "1");
+        drop(b);
+        assert_eq!(value(&m, "sidetrack_in_flight_requests"), "0");
+    }
+
+    #[test]
+    fn mid_stream_errors_and_tokens() {
+        let m = Metrics::new();
+        m.mid_stream_error("a", "m");
+        m.tokens("a", "m", 120, 30);
+        m.tokens("a", "m", 5, 0);
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_mid_stream_errors_total{target="a",model="m"}"#
+            ),
+            "1"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_tokens_total{target="a",model="m",direction="input"}"#
+            ),
+            "125"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_tokens_total{target="a",model="m",direction="output"}"#
+            ),
+            "30"
+        );
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let m = Metrics::new();
+        m.mid_stream_error("we\"ird", "m\\1");
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_mid_stream_errors_total{target="we\"ird",model="m\\1"}"#
+            ),
+            "1"
+        );
+    }
+
+    #[test]
+    fn content_type_is_prometheus_text() {
+        assert_eq!(
+            Metrics::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8"
+        );
+    }
+}

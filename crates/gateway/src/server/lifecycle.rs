@@ -1,0 +1,137 @@
+//! Starting and stopping a gateway: the data-plane listener, the admin listener, shutdown, reload.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use axum::serve::ListenerExt;
+use axum::Router;
+use sidetrack_config::Config;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::{router, Runtime, Shared};
+use crate::health::{Clock, Health};
+use crate::observe::metrics::Metrics;
+use crate::observe::RoutingLog;
+use crate::routing::Picker;
+
+/// Produces a freshly loaded config for `POST /admin/reload` (the binary re-reads its file).
+pub type ReloadFn = Box<dyn Fn() -> Result<Config, String> + Send + Sync>;
+
+/// How to start a gateway. The defaults take both addresses from the config.
+#[derive(Default)]
+pub struct GatewayOptions {
+    /// Overrides `server.listen`.
+    pub listen: Option<SocketAddr>,
+    /// Overrides `server.admin`.
+    pub admin: Option<SocketAddr>,
+    /// The clock breakers read (tests step a manual clock through open windows).
+    pub clock: Clock,
+    /// Seeds the random draws (weighted legs, P2C) for reproducible runs.
+    pub seed: Option<u64>,
+    pub reload: Option<ReloadFn>,
+}
+
+/// A running gateway: the data-plane and admin listeners.
+pub struct GatewayHandle {
+    pub addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub shared: Arc<Shared>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<std::io::Result<()>>>,
+}
+
+impl GatewayHandle {
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn admin_url(&self) -> String {
+        format!("http://{}", self.admin_addr)
+    }
+
+    /// Swaps in a new config. Requests in flight keep the config they started with.
+    pub fn reload(&self, config: Config) {
+        self.shared.apply(config);
+    }
+
+    /// Stops accepting, lets in-flight requests finish (bounded by `grace`), then returns.
+    pub async fn shutdown(mut self, grace: Duration) -> std::io::Result<()> {
+        self.shared.ready.store(false, Ordering::Relaxed);
+        let _ = self.shutdown.send(true);
+        let mut result = Ok(());
+        let deadline = tokio::time::Instant::now() + grace;
+        for task in self.tasks.iter_mut() {
+            match tokio::time::timeout_at(deadline, &mut *task).await {
+                Ok(Ok(Err(e))) => result = Err(e),
+                Ok(Err(e)) => result = Err(std::io::Error::other(e)),
+                Ok(Ok(Ok(()))) => {}
+                Err(_) => task.abort(),
+            }
+        }
+        result
+    }
+}
+
+async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
+}
+
+fn serve(
+    listener: TcpListener,
+    app: Router,
+    mut stop: watch::Receiver<bool>,
+) -> JoinHandle<std::io::Result<()>> {
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await
+    })
+}
+
+/// Binds the data-plane and admin listeners and serves until shut down.
+pub async fn start(
+    config: Config,
+    log: RoutingLog,
+    options: GatewayOptions,
+) -> std::io::Result<GatewayHandle> {
+    let listener = bind(options.listen.unwrap_or(config.server.listen)).await?;
+    let admin_listener = bind(options.admin.unwrap_or(config.server.admin)).await?;
+    let addr = listener.local_addr()?;
+    let admin_addr = admin_listener.local_addr()?;
+    let metrics = Arc::new(Metrics::new());
+    let shared = Arc::new(Shared {
+        health: Health::new(options.clock, metrics.clone(), &config),
+        runtime: ArcSwap::from_pointee(Runtime::new(config)),
+        log,
+        ready: AtomicBool::new(true),
+        metrics,
+        picker: options.seed.map(Picker::seeded).unwrap_or_default(),
+        walked: AtomicU64::new(0),
+        fell_back: AtomicU64::new(0),
+        reload: options.reload,
+    });
+    let (tx, rx) = watch::channel(false);
+    let tasks = vec![
+        serve(listener, router(shared.clone()), rx.clone()),
+        serve(admin_listener, crate::admin::router(shared.clone()), rx),
+    ];
+    Ok(GatewayHandle {
+        addr,
+        admin_addr,
+        shared,
+        shutdown: tx,
+        tasks,
+    })
+}
