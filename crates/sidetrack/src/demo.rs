@@ -99,8 +99,13 @@ fn describe(rec: &RoutingRecord) -> String {
             .as_deref()
             .map(|d| format!(" ({d})"))
             .unwrap_or_default();
+        let breaker = if a.breaker == "CLOSED" {
+            String::new()
+        } else {
+            format!(" [breaker {}]", a.breaker)
+        };
         lines.push(format!(
-            "      attempt hop {}: {}/{} → {what}{why} in {:.1} ms",
+            "      attempt hop {}: {}/{} → {what}{why} in {:.1} ms{breaker}",
             a.hop, a.target, a.model, a.duration_ms
         ));
     }
@@ -251,6 +256,9 @@ pub async fn run(listen: SocketAddr, admin: SocketAddr, no_serve: bool) -> ExitC
             Err(e) => return fail(RUNTIME, &format!("demo request failed: {e}")),
         }
     }
+    if let Err(e) = breaker_story(&mut demo, &mock, &gw).await {
+        return fail(RUNTIME, &format!("demo request failed: {e}"));
+    }
     mock.reset();
 
     if no_serve {
@@ -267,6 +275,10 @@ pub async fn run(listen: SocketAddr, admin: SocketAddr, no_serve: bool) -> ExitC
     );
     say!("       -d '{{\"model\":\"gpt-4o\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'");
     say!(
+        "  dashboard: {}/  (breakers, fallback rate, disable/enable/reset)",
+        gw.admin_url()
+    );
+    say!(
         "  or point the OpenAI SDK at it: OpenAI(base_url=\"{}/v1\", api_key=\"unused\")",
         gw.base_url()
     );
@@ -277,6 +289,73 @@ pub async fn run(listen: SocketAddr, admin: SocketAddr, no_serve: bool) -> ExitC
     let _ = gw.shutdown(DEMO_GRACE).await;
     mock.shutdown().await;
     ExitCode::SUCCESS
+}
+
+fn breaker_line(gw: &sidetrack_gateway::GatewayHandle, target: &str, model: &str) -> String {
+    gw.shared
+        .health
+        .snapshot()
+        .into_iter()
+        .find(|s| s.target == target && s.model == model)
+        .map(|s| {
+            let open = s
+                .open_remaining
+                .map(|r| format!(", closes in {} ms", r.as_millis()))
+                .unwrap_or_default();
+            let why = s
+                .last_transition
+                .map(|(_, reason, _)| format!(" — last change: {reason}"))
+                .unwrap_or_default();
+            format!(
+                "    breaker {target}/{model}: {}{open}, {} consecutive failure(s){why}",
+                s.state.as_str(),
+                s.consecutive_failures
+            )
+        })
+        .unwrap_or_default()
+}
+
+/// Steps 7–9: the primary's breaker opens, the primary is skipped, then it recovers.
+async fn breaker_story(
+    demo: &mut Demo,
+    mock: &MockServer,
+    gw: &sidetrack_gateway::GatewayHandle,
+) -> Result<(), String> {
+    mock.set_behaviour("gpt-4o-mini", Behaviour::default());
+    say!(
+        "7. The primary fails a fifth time in a row (steps 2, 3, 5, 6 and now): its breaker opens."
+    );
+    let (_, rec) = demo.send("gpt-4o", false).await?;
+    say!("{}", describe(&rec));
+    say!("{}\n", breaker_line(gw, "openai-primary", "gpt-4o"));
+
+    say!("8. While the breaker is open the primary is skipped — no call, no timeout, straight to the backup.");
+    let hits = mock.hits("gpt-4o");
+    let (_, rec) = demo.send("gpt-4o", false).await?;
+    say!("{}", describe(&rec));
+    for s in &rec.skipped {
+        say!(
+            "      skipped hop {}: {}/{} ({})",
+            s.hop,
+            s.target,
+            s.model,
+            s.why
+        );
+    }
+    say!(
+        "    calls that reached the primary: {}\n",
+        mock.hits("gpt-4o") - hits
+    );
+
+    say!("9. The primary recovers. After openMilliseconds (2 s) the breaker lets one probe through at a time; three successes close it.");
+    mock.set_behaviour("gpt-4o", Behaviour::default());
+    tokio::time::sleep(std::time::Duration::from_millis(2_050)).await;
+    for _ in 0..3 {
+        let (_, rec) = demo.send("gpt-4o", false).await?;
+        say!("{}", describe(&rec));
+    }
+    say!("{}\n", breaker_line(gw, "openai-primary", "gpt-4o"));
+    Ok(())
 }
 
 async fn print_new_records(log: RoutingLog, mut seen: usize) {

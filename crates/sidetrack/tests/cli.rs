@@ -141,7 +141,7 @@ rules:
 #[test]
 fn demo_narrates_fallbacks_and_exits_cleanly_on_ctrl_c() {
     let mut child = Command::new(BIN)
-        .args(["demo", "--listen", "127.0.0.1:0"])
+        .args(["demo", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -172,6 +172,17 @@ fn demo_narrates_fallbacks_and_exits_cleanly_on_ctrl_c() {
     assert!(seen.contains("streamErrorEvent:overloaded_error"), "{seen}");
     assert!(seen.contains("chainExhausted"), "{seen}");
     assert!(seen.contains("x-should-retry: false"), "{seen}");
+    // Breakers: opens, the primary is skipped with zero calls, then recovers through probes.
+    assert!(seen.contains("consecutiveFailures=5"), "{seen}");
+    assert!(seen.contains("(BREAKER_OPEN)"), "{seen}");
+    assert!(seen.contains("calls that reached the primary: 0"), "{seen}");
+    assert!(seen.contains("[breaker HALF_OPEN]"), "{seen}");
+    assert!(
+        seen.contains(
+            "CLOSED, 0 consecutive failure(s) — last change: 3 half-open probes succeeded"
+        ),
+        "{seen}"
+    );
     let status = Command::new("kill")
         .args(["-INT", &pid.to_string()])
         .status()
