@@ -515,3 +515,112 @@ rules:
         404
     );
 }
+
+#[tokio::test]
+async fn unhealthy_condition_decides_what_counts_against_the_breaker() {
+    let yaml = r#"
+targets:
+  - name: up
+    provider: openai
+    baseUrl: ${MOCK}/v1
+    models: ["m-*"]
+    circuitBreaker:
+      consecutiveFailures: 3
+      unhealthyCondition: 'response.code == 400 && "x-bad-key" in response.headers'
+  - name: lenient
+    provider: openai
+    baseUrl: ${MOCK}/v1
+    circuitBreaker: { consecutiveFailures: 3, unhealthyCondition: 'error == "CONNECTION_ERROR"' }
+rules:
+  - name: r
+    priority: 1
+    matchModels: ["ask"]
+    routeToTarget:
+      staticRoute: { target: up, model: m-400 }
+  - name: s
+    priority: 2
+    matchModels: ["other"]
+    routeToTarget:
+      staticRoute: { target: lenient, model: m-503 }
+      fallback: { targetFallback: [ { target: up, model: m-f } ] }
+"#;
+    let env = manual(
+        yaml,
+        behaviours(&[("m-400", status(400)), ("m-503", status(503))]),
+    )
+    .await;
+    // 400 is not a trigger, but the condition counts it... only with the header, which the mock
+    // does not send: never counted.
+    for _ in 0..4 {
+        assert_eq!(env.chat("ask", false).await.status, 400);
+    }
+    assert_eq!(env.breaker("up", "m-400").await, "CLOSED");
+    // 503 triggers the fallback, but the lenient condition only counts connection errors.
+    for _ in 0..4 {
+        assert_eq!(env.chat("other", false).await.status, 200);
+    }
+    assert_eq!(env.hits("m-503"), 4, "never skipped");
+    assert_eq!(env.breaker("lenient", "m-503").await, "CLOSED");
+}
+
+#[tokio::test]
+async fn unhealthy_condition_can_count_what_triggers_ignore() {
+    let yaml = r#"
+targets:
+  - name: up
+    provider: openai
+    baseUrl: ${MOCK}/v1
+    circuitBreaker: { consecutiveFailures: 3, unhealthyCondition: "response.code == 400" }
+rules:
+  - name: r
+    priority: 1
+    routeToTarget:
+      staticRoute: { target: up, model: m-400 }
+      fallback: { targetFallback: [ { target: up, model: m-f } ] }
+"#;
+    let env = manual(yaml, behaviours(&[("m-400", status(400))])).await;
+    for _ in 0..3 {
+        assert_eq!(
+            env.chat("x", false).await.status,
+            400,
+            "400 is not a trigger: returned as-is"
+        );
+    }
+    assert_eq!(
+        env.breaker("up", "m-400").await,
+        "OPEN",
+        "but the condition counted it"
+    );
+    let r = env.chat("x", false).await;
+    assert_eq!(
+        r.header("x-sidetrack-served-by"),
+        Some("up/m-f"),
+        "open primary skipped"
+    );
+    assert_eq!(env.hits("m-400"), 3);
+}
+
+#[tokio::test]
+async fn admin_token_guards_every_admin_call_but_the_page() {
+    let env = start(
+        "server: { adminToken: s3cret }\ntargets: [ { name: up, provider: openai, baseUrl: \"${MOCK}/v1\", models: [\"m-*\"] } ]",
+        MockConfig::default(),
+    )
+    .await;
+    for path in ["/admin/destinations", "/metrics", "/admin/config"] {
+        assert_eq!(env.admin_get(path).await.0, 401, "{path}");
+    }
+    assert_eq!(
+        env.admin_post("/admin/destinations/up/m-a/disable").await.0,
+        401
+    );
+    assert_eq!(
+        env.admin_get("/").await.0,
+        200,
+        "the dashboard page itself is static"
+    );
+    let (code, body) = env.admin_get_with("/admin/config", "s3cret").await;
+    assert_eq!(code, 200);
+    assert!(!body.contains("s3cret"), "secrets are redacted: {body}");
+    assert!(body.contains("***"));
+}

@@ -5,6 +5,7 @@
 //! reads that value instead of looking at the response again.
 
 mod breaker;
+mod condition;
 mod outcome;
 mod retry_after;
 mod triggers;
@@ -13,6 +14,7 @@ pub use breaker::{
     Admission, Breaker, BreakerConfig, BreakerState, Probe, Transition, TripReason, HEALTH_ALPHA,
     HEALTH_MAX,
 };
+pub use condition::{ConditionInput, UnhealthyCondition};
 pub use outcome::{ErrorKind, Outcome};
 pub use retry_after::{
     parse_go_duration, parse_http_date, parse_millis, parse_retry_after, parse_rfc3339,

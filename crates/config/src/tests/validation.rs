@@ -634,6 +634,14 @@ fn breaker_knobs_in_range() {
             "{knob}"
         );
     }
+    // A CEL syntax error is located at the expression; the parser's own words follow.
+    let got = one_error(&with_breaker("unhealthyCondition: \"response.code ==\""));
+    assert!(
+        got.starts_with(
+            "t.yaml:7:41: defaults.circuitBreaker.unhealthyCondition: invalid CEL expression: "
+        ),
+        "{got}"
+    );
 }
 
 #[test]

@@ -267,7 +267,10 @@ pub(super) fn breaker(
     if let Some(v) = &raw.unhealthy_condition {
         mark(&mut p.overridden, "unhealthyCondition");
         if ctx.not_blank(v, &at("unhealthyCondition")) {
-            p.unhealthy_condition = Some(v.clone());
+            match sidetrack_resilience::UnhealthyCondition::compile(v) {
+                Ok(_) => p.unhealthy_condition = Some(v.clone()),
+                Err(e) => ctx.err(&at("unhealthyCondition"), e),
+            }
         }
     }
     p

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use sidetrack_config::{BreakerMode, StreamCommit};
 use sidetrack_dialects::ParsedRequest;
-use sidetrack_resilience::{parse_retry_after, BreakerState, ErrorKind, Outcome};
+use sidetrack_resilience::{
+    parse_retry_after, BreakerState, ConditionInput, ErrorKind, Outcome, UnhealthyCondition,
+};
 use tokio::time::Instant;
 
 use crate::health::{Admit, DestHealth, Health, ProbeGuard, Verdict};
@@ -238,7 +240,8 @@ pub async fn walk(input: WalkInput<'_>) -> WalkOutput {
         drop(in_flight);
 
         let fired = hop.policy.triggers.fires(&attempt.outcome);
-        let verdict = verdict(&attempt, fired);
+        let condition = input.health.condition(&dest.target.name);
+        let verdict = verdict(&attempt, fired, condition.as_deref());
         input
             .health
             .record(&health, verdict, probe, attempt.first_byte);
@@ -283,22 +286,56 @@ pub async fn walk(input: WalkInput<'_>) -> WalkOutput {
 }
 
 /// Phase "record health": what the classified outcome means for the destination (SPEC §5.5).
-/// Counted: outcomes that matched the hop's triggers, except UNROUTABLE. A counted 429/503 passes
-/// on the delay the upstream asked for.
-fn verdict(attempt: &attempt::Attempt, fired: bool) -> Verdict {
+/// Counted: outcomes that matched the hop's triggers — or, when the target's breaker policy sets
+/// `unhealthyCondition`, outcomes the expression calls unhealthy — never UNROUTABLE. A counted
+/// 429/503 passes on the delay the upstream asked for.
+fn verdict(
+    attempt: &attempt::Attempt,
+    fired: bool,
+    condition: Option<&UnhealthyCondition>,
+) -> Verdict {
+    if matches!(attempt.outcome, Outcome::Error(ErrorKind::Unroutable)) {
+        return Verdict::Neutral;
+    }
+    let headers = attempt.response.as_ref().map(|r| &r.parts().headers);
+    let counted = match condition.map(|c| c.evaluate(&condition_input(attempt, headers))) {
+        Some(Ok(unhealthy)) => unhealthy,
+        Some(Err(e)) => {
+            tracing::warn!("unhealthyCondition: {e}; using the hop's triggers instead");
+            fired
+        }
+        None => fired,
+    };
     match attempt.outcome {
-        Outcome::Success(_) => Verdict::Success,
-        Outcome::Error(ErrorKind::Unroutable) => Verdict::Neutral,
-        _ if !fired => Verdict::Neutral,
-        Outcome::Status(code) if code == 429 || code == 503 => {
-            let retry_after = attempt.response.as_ref().and_then(|r| {
-                let headers = &r.parts().headers;
-                let lookup = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-                parse_retry_after(&lookup, std::time::SystemTime::now())
-            });
+        _ if counted => {
+            let retry_after = match attempt.outcome {
+                Outcome::Status(429 | 503) => headers.and_then(|h| {
+                    let lookup = |name: &str| h.get(name).and_then(|v| v.to_str().ok());
+                    parse_retry_after(&lookup, std::time::SystemTime::now())
+                }),
+                _ => None,
+            };
             Verdict::Failure(retry_after)
         }
-        _ => Verdict::Failure(None),
+        Outcome::Success(_) => Verdict::Success,
+        _ => Verdict::Neutral,
+    }
+}
+
+fn condition_input<'a>(
+    attempt: &attempt::Attempt,
+    headers: Option<&'a http::HeaderMap>,
+) -> ConditionInput<'a> {
+    ConditionInput {
+        code: attempt.outcome.status(),
+        headers: headers
+            .map(|h| {
+                h.iter()
+                    .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        error: attempt.outcome.error_kind().map(ErrorKind::as_str),
     }
 }
 

@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use sidetrack_config::{BreakerPolicy, Config};
-use sidetrack_resilience::{Admission, Breaker, BreakerConfig, BreakerState, Probe, Transition};
+use sidetrack_resilience::{
+    Admission, Breaker, BreakerConfig, BreakerState, Probe, Transition, UnhealthyCondition,
+};
 
 pub use clock::Clock;
 
@@ -172,6 +174,8 @@ pub struct Health {
     dests: RwLock<HashMap<(String, String), Arc<DestHealth>>>,
     /// Breaker policy per target name (from the current config).
     policies: RwLock<HashMap<String, BreakerConfig>>,
+    /// Compiled `unhealthyCondition` per target that sets one.
+    conditions: RwLock<HashMap<String, Arc<UnhealthyCondition>>>,
 }
 
 impl Health {
@@ -181,6 +185,7 @@ impl Health {
             metrics,
             dests: RwLock::default(),
             policies: RwLock::default(),
+            conditions: RwLock::default(),
         };
         h.sync_config(cfg);
         h
@@ -208,9 +213,27 @@ impl Health {
         if let Ok(mut w) = self.policies.write() {
             *w = policies;
         }
+        // Validation already compiled each expression once; a failure here cannot happen.
+        let conditions = cfg
+            .targets
+            .iter()
+            .filter_map(|t| {
+                let src = t.circuit_breaker.unhealthy_condition.as_deref()?;
+                let c = UnhealthyCondition::compile(src).ok()?;
+                Some((t.name.clone(), Arc::new(c)))
+            })
+            .collect();
+        if let Ok(mut w) = self.conditions.write() {
+            *w = conditions;
+        }
         for (target, model) in declared_destinations(cfg) {
             let _ = self.get(&target, &model);
         }
+    }
+
+    /// The target's `unhealthyCondition`, if it sets one.
+    pub fn condition(&self, target: &str) -> Option<Arc<UnhealthyCondition>> {
+        self.conditions.read().ok()?.get(target).cloned()
     }
 
     /// The destination's health, created on first use.

@@ -207,12 +207,23 @@ impl Env {
         self.admin("POST", path).await
     }
 
+    /// GET on the admin listener with `Authorization: Bearer <token>`.
+    pub async fn admin_get_with(&self, path: &str, token: &str) -> (u16, String) {
+        self.admin_req("GET", path, Some(token)).await
+    }
+
     async fn admin(&self, method: &str, path: &str) -> (u16, String) {
-        let req = http::Request::builder()
+        self.admin_req(method, path, None).await
+    }
+
+    async fn admin_req(&self, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
+        let mut req = http::Request::builder()
             .method(method)
-            .uri(format!("{}{path}", self.gw.admin_url()))
-            .body(Full::new(Bytes::new()))
-            .unwrap();
+            .uri(format!("{}{path}", self.gw.admin_url()));
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let req = req.body(Full::new(Bytes::new())).unwrap();
         let resp = self.client.request(req).await.unwrap();
         let status = resp.status().as_u16();
         let body = resp.into_body().collect().await.unwrap().to_bytes();
