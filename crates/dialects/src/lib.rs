@@ -4,6 +4,7 @@
 //! `classify_stream_event`, `render_error`, `render_stream_error`) so adding a dialect is filling in a
 //! template. Nothing here does I/O.
 
+pub mod canonical;
 pub mod errors;
 pub mod openai_chat;
 pub mod request;
@@ -67,7 +68,7 @@ pub enum StreamEvent {
 }
 
 /// Token usage as reported by a response or stream.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,

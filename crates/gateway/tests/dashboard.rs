@@ -39,7 +39,11 @@ async fn dump_dom(url: &str) -> String {
         .output()
         .await
         .unwrap();
-    assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -75,11 +79,20 @@ rules:
     assert_eq!(env.breaker("up", "m-p").await, "OPEN");
 
     let dom = dump_dom(&format!("{}/", env.gw.admin_url())).await;
-    assert!(dom.contains(r#"data-loaded="1""#), "the page rendered its data:\n{dom}");
+    assert!(
+        dom.contains(r#"data-loaded="1""#),
+        "the page rendered its data:\n{dom}"
+    );
     let open = row(&dom, "up", "m-p");
     assert!(open.contains("state-open"), "{open}");
     assert!(open.contains(">OPEN<"), "{open}");
     let closed = row(&dom, "up", "m-f");
-    assert!(closed.contains("state-closed") && closed.contains(">CLOSED<"), "{closed}");
-    assert!(dom.contains("(6 fallbacks / 6 requests)"), "fallback rate shown:\n{dom}");
+    assert!(
+        closed.contains("state-closed") && closed.contains(">CLOSED<"),
+        "{closed}"
+    );
+    assert!(
+        dom.contains("(6 fallbacks / 6 requests)"),
+        "fallback rate shown:\n{dom}"
+    );
 }
