@@ -4,11 +4,15 @@
 //! `classify_stream_event`, `render_error`, `render_stream_error`) so adding a dialect is filling in a
 //! template. Nothing here does I/O.
 
+pub mod anthropic_messages;
+pub mod bedrock;
 pub mod canonical;
 pub mod errors;
 pub mod openai_chat;
+pub mod openai_responses;
 pub mod request;
 pub mod sse;
+pub mod translate;
 
 pub use errors::{status_for_error_type, GatewayErrorKind, RenderedError};
 pub use request::{Features, ParseError, ParsedRequest};
@@ -72,41 +76,4 @@ pub enum StreamEvent {
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
-}
-
-impl Dialect {
-    /// Parses a caller body of this dialect.
-    pub fn parse_request(self, body: bytes::Bytes) -> Result<ParsedRequest, ParseError> {
-        match self {
-            Dialect::OpenAiChat
-            | Dialect::OpenAiResponses
-            | Dialect::AnthropicMessages
-            | Dialect::BedrockInvoke
-            | Dialect::BedrockConverse => openai_chat::parse_request(body),
-        }
-    }
-
-    /// A gateway-made error in this dialect's shape (SPEC §6.3).
-    pub fn render_error(self, kind: GatewayErrorKind, message: &str) -> RenderedError {
-        match self {
-            // Only the OpenAI chat endpoints are routed so far; the other dialects get their own
-            // modules (and entries here) when their endpoints are added.
-            Dialect::OpenAiChat
-            | Dialect::OpenAiResponses
-            | Dialect::AnthropicMessages
-            | Dialect::BedrockInvoke
-            | Dialect::BedrockConverse => openai_chat::render_error(kind, message),
-        }
-    }
-
-    /// The event that ends a committed stream after an upstream failure (SPEC §5.6).
-    pub fn render_stream_error(self, message: &str) -> bytes::Bytes {
-        match self {
-            Dialect::OpenAiChat
-            | Dialect::OpenAiResponses
-            | Dialect::AnthropicMessages
-            | Dialect::BedrockInvoke
-            | Dialect::BedrockConverse => openai_chat::render_stream_error(message),
-        }
-    }
 }

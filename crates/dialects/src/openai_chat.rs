@@ -1,13 +1,19 @@
 //! OpenAI Chat Completions (`POST /v1/chat/completions`), wire-formats.md §1.1 and §2.1.
 
 use bytes::Bytes;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
+use serde_json::value::RawValue;
 
+use crate::canonical::StreamEvent;
+use crate::canonical::{
+    ChatRequest, ChatResponse, JsonSchema, Message, Part, Role, StopReason, Tool, ToolChoice,
+    TranslateError,
+};
 use crate::errors::{status_for_error_type, GatewayErrorKind, RenderedError};
 use crate::request::{ParseError, ParsedRequest};
 use crate::sse::{self, SseEvent};
-use crate::{Dialect, StreamEvent, Usage};
+use crate::{Dialect, Usage};
 
 pub const PATH: &str = "/v1/chat/completions";
 
@@ -71,10 +77,10 @@ struct ErrorBody {
 }
 
 /// What one upstream SSE event means for the commit decision.
-pub fn classify_stream_event(ev: &SseEvent) -> StreamEvent {
+pub fn classify_stream_event(ev: &SseEvent) -> crate::StreamEvent {
     let data = ev.data.trim();
     if data.starts_with("[DONE]") {
-        return StreamEvent::Done;
+        return crate::StreamEvent::Done;
     }
     if ev.event.as_deref() == Some("error")
         || data.starts_with("{\"error\"")
@@ -86,7 +92,7 @@ pub fn classify_stream_event(ev: &SseEvent) -> StreamEvent {
                 .kind
                 .or_else(|| env.error.code.and_then(|c| c.as_str().map(str::to_owned)))
                 .unwrap_or_else(|| "server_error".to_owned());
-            return StreamEvent::Error {
+            return crate::StreamEvent::Error {
                 status: status_for_error_type(&error_type),
                 message: env.error.message.unwrap_or_default(),
                 error_type,
@@ -94,7 +100,7 @@ pub fn classify_stream_event(ev: &SseEvent) -> StreamEvent {
         }
     }
     let Ok(chunk) = serde_json::from_str::<Chunk<'_>>(data) else {
-        return StreamEvent::Metadata;
+        return crate::StreamEvent::Metadata;
     };
     let has_content = chunk.choices.iter().any(|c| {
         c.finish_reason.is_some()
@@ -105,11 +111,11 @@ pub fn classify_stream_event(ev: &SseEvent) -> StreamEvent {
             })
     });
     if has_content {
-        StreamEvent::Content
+        crate::StreamEvent::Content
     } else if chunk.choices.is_empty() && chunk.usage.is_some() {
-        StreamEvent::Metadata
+        crate::StreamEvent::Metadata
     } else {
-        StreamEvent::Preamble
+        crate::StreamEvent::Preamble
     }
 }
 
@@ -182,6 +188,1221 @@ pub fn render_stream_error(message: &str) -> Bytes {
     sse::encode(None, &error_json("server_error", None, message).to_string())
 }
 
+// ---------------------------------------------------------------------------------------------
+// Translation through the canonical form (SPEC §5.7, docs/translation.md). The same functions
+// exist in `anthropic_messages` and `openai_responses`; the gateway picks a module by dialect.
+// ---------------------------------------------------------------------------------------------
+
+/// A caller's chat-completions body → the canonical form.
+pub fn to_canonical(req: &ParsedRequest) -> Result<ChatRequest, TranslateError> {
+    let wire: ChatWireRequest =
+        serde_json::from_slice(req.body()).map_err(|e| terr(format!("openai-chat body: {e}")))?;
+    if wire.n.is_some_and(|n| n > 1) {
+        return Err(terr("openai-chat `n` > 1 cannot be translated"));
+    }
+    if wire.functions.is_some() || wire.function_call.is_some() {
+        return Err(terr(
+            "openai-chat legacy `functions`/`function_call` cannot be translated; use `tools`",
+        ));
+    }
+    let mut system = Vec::new();
+    let mut messages = Vec::new();
+    for (i, m) in wire.messages.iter().enumerate() {
+        match m.role.as_str() {
+            "system" | "developer" => system.push(chat_text_content(m.content.as_deref(), i)?),
+            "user" => messages.push(Message {
+                role: Role::User,
+                content: chat_user_parts(m.content.as_deref(), i)?,
+            }),
+            "assistant" => {
+                let mut content = Vec::new();
+                if let Some(raw) = m.content.as_deref() {
+                    for part in chat_user_parts(Some(raw), i)? {
+                        match part {
+                            Part::Text(t) => content.push(Part::Text(t)),
+                            _ => {
+                                return Err(terr(format!(
+                                    "openai-chat messages[{i}]: assistant content may only be text"
+                                )))
+                            }
+                        }
+                    }
+                }
+                if let Some(r) = m.refusal.as_deref().filter(|r| !r.is_empty()) {
+                    content.push(Part::Text(r.to_owned()));
+                }
+                for tc in m.tool_calls.iter().flatten() {
+                    content.push(Part::ToolCall {
+                        id: tc.id.clone(),
+                        name: tc.function.name.clone(),
+                        arguments: tc.function.arguments.clone(),
+                    });
+                }
+                messages.push(Message {
+                    role: Role::Assistant,
+                    content,
+                });
+            }
+            "tool" => messages.push(Message {
+                role: Role::User,
+                content: vec![Part::ToolResult {
+                    call_id: m.tool_call_id.clone().unwrap_or_default(),
+                    content: chat_text_content(m.content.as_deref(), i)?,
+                    is_error: false,
+                }],
+            }),
+            other => {
+                return Err(terr(format!(
+                    "openai-chat messages[{i}]: role `{other}` cannot be translated"
+                )))
+            }
+        }
+    }
+    let mut tools = Vec::new();
+    for (i, t) in wire.tools.iter().flatten().enumerate() {
+        let f = match (t.kind.as_str(), &t.function) {
+            ("function", Some(f)) => f,
+            (kind, _) => {
+                return Err(terr(format!(
+                    "openai-chat tools[{i}]: tool type `{kind}` cannot be translated"
+                )))
+            }
+        };
+        tools.push(Tool {
+            name: f.name.clone(),
+            description: f.description.clone(),
+            parameters: schema_text(f.parameters.as_deref()),
+        });
+    }
+    let tool_choice = match &wire.tool_choice {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(s)) => Some(match s.as_str() {
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Any,
+            "none" => ToolChoice::None,
+            other => {
+                return Err(terr(format!(
+                    "openai-chat tool_choice `{other}` is unknown"
+                )))
+            }
+        }),
+        Some(v) => match v["function"]["name"].as_str() {
+            Some(name) => Some(ToolChoice::Tool(name.to_owned())),
+            None => return Err(terr("openai-chat tool_choice object without function.name")),
+        },
+    };
+    let stop = match &wire.stop {
+        None | Some(serde_json::Value::Null) => Vec::new(),
+        Some(serde_json::Value::String(s)) => vec![s.clone()],
+        Some(serde_json::Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| terr("openai-chat `stop` must be strings"))?,
+        Some(_) => return Err(terr("openai-chat `stop` must be a string or an array")),
+    };
+    let json_schema = match &wire.response_format {
+        None => None,
+        Some(f) => match f.kind.as_str() {
+            "text" => None,
+            "json_schema" => {
+                let s = f
+                    .json_schema
+                    .as_ref()
+                    .ok_or_else(|| terr("openai-chat response_format.json_schema is missing"))?;
+                Some(JsonSchema {
+                    name: s.name.clone(),
+                    schema: schema_text(s.schema.as_deref()),
+                    strict: s.strict.unwrap_or(false),
+                })
+            }
+            other => {
+                return Err(terr(format!(
+                    "openai-chat response_format `{other}` cannot be translated"
+                )))
+            }
+        },
+    };
+    Ok(ChatRequest {
+        model: req.model.clone(),
+        system,
+        messages: normalize_messages(messages),
+        tools,
+        tool_choice,
+        max_tokens: wire.max_completion_tokens.or(wire.max_tokens),
+        temperature: wire.temperature,
+        top_p: wire.top_p,
+        stop,
+        stream: req.stream,
+        json_schema,
+    })
+}
+
+/// The canonical request → a chat-completions body for an OpenAI-kind provider. Streams ask for
+/// `stream_options.include_usage` so the usage chunk arrives; `max_completion_tokens` carries the
+/// limit (accepted by every current OpenAI model, unlike `max_tokens`).
+pub fn request_body(req: &ChatRequest) -> Result<Bytes, TranslateError> {
+    let mut messages = Vec::new();
+    for s in &req.system {
+        messages.push(ChatOutMessage {
+            role: "system",
+            content: ChatOutContent::Text(s),
+            tool_calls: None,
+            tool_call_id: None,
+        });
+    }
+    for m in &req.messages {
+        match m.role {
+            Role::User => {
+                let mut parts: Vec<ChatOutPart<'_>> = Vec::new();
+                for p in &m.content {
+                    match p {
+                        Part::ToolResult {
+                            call_id, content, ..
+                        } => {
+                            flush_user_parts(&mut messages, &mut parts);
+                            messages.push(ChatOutMessage {
+                                role: "tool",
+                                content: ChatOutContent::Text(content),
+                                tool_calls: None,
+                                tool_call_id: Some(call_id),
+                            });
+                        }
+                        Part::Text(t) => parts.push(ChatOutPart::Text { text: t }),
+                        Part::Image { media_type, data } => parts.push(ChatOutPart::ImageUrl {
+                            image_url: ChatOutUrl {
+                                url: data_url(media_type, data),
+                            },
+                        }),
+                        Part::ToolCall { .. } => {
+                            return Err(terr("a user turn cannot carry a tool call"))
+                        }
+                    }
+                }
+                flush_user_parts(&mut messages, &mut parts);
+            }
+            Role::Assistant => {
+                let mut texts = Vec::new();
+                let mut calls = Vec::new();
+                for p in &m.content {
+                    match p {
+                        Part::Text(t) => texts.push(ChatOutPart::Text { text: t }),
+                        Part::ToolCall {
+                            id,
+                            name,
+                            arguments,
+                        } => calls.push(ChatOutToolCall {
+                            id,
+                            kind: "function",
+                            function: ChatOutFunctionCall { name, arguments },
+                        }),
+                        _ => {
+                            return Err(terr(
+                                "openai-chat assistant turns carry only text and tool calls",
+                            ))
+                        }
+                    }
+                }
+                let content = match texts.len() {
+                    0 => ChatOutContent::Null,
+                    1 => match texts.pop() {
+                        Some(ChatOutPart::Text { text }) => ChatOutContent::Text(text),
+                        _ => ChatOutContent::Null,
+                    },
+                    _ => ChatOutContent::Parts(texts),
+                };
+                messages.push(ChatOutMessage {
+                    role: "assistant",
+                    content,
+                    tool_calls: (!calls.is_empty()).then_some(calls),
+                    tool_call_id: None,
+                });
+            }
+        }
+    }
+    let tools = req
+        .tools
+        .iter()
+        .map(|t| {
+            Ok(ChatOutTool {
+                kind: "function",
+                function: ChatOutFunction {
+                    name: &t.name,
+                    description: t.description.as_deref(),
+                    parameters: raw_json(&t.parameters, "tool parameters")?,
+                },
+            })
+        })
+        .collect::<Result<Vec<_>, TranslateError>>()?;
+    let response_format = req
+        .json_schema
+        .as_ref()
+        .map(|s| {
+            Ok::<_, TranslateError>(ChatOutFormat {
+                kind: "json_schema",
+                json_schema: ChatOutSchema {
+                    name: &s.name,
+                    schema: raw_json(&s.schema, "json_schema schema")?,
+                    strict: s.strict,
+                },
+            })
+        })
+        .transpose()?;
+    let body = ChatOutRequest {
+        model: &req.model,
+        messages,
+        tools: (!tools.is_empty()).then_some(tools),
+        tool_choice: req.tool_choice.as_ref().map(|c| match c {
+            ToolChoice::Auto => json!("auto"),
+            ToolChoice::Any => json!("required"),
+            ToolChoice::None => json!("none"),
+            ToolChoice::Tool(n) => json!({"type": "function", "function": {"name": n}}),
+        }),
+        max_completion_tokens: req.max_tokens,
+        temperature: req.temperature,
+        top_p: req.top_p,
+        stop: (!req.stop.is_empty()).then_some(&req.stop),
+        response_format,
+        stream: req.stream,
+        stream_options: req.stream.then(|| json!({"include_usage": true})),
+    };
+    serde_json::to_vec(&body)
+        .map(Bytes::from)
+        .map_err(|e| terr(format!("rendering openai-chat body: {e}")))
+}
+
+fn flush_user_parts<'a>(messages: &mut Vec<ChatOutMessage<'a>>, parts: &mut Vec<ChatOutPart<'a>>) {
+    if parts.is_empty() {
+        return;
+    }
+    let content = match parts.as_slice() {
+        [ChatOutPart::Text { text }] => ChatOutContent::Text(text),
+        _ => ChatOutContent::Parts(std::mem::take(parts)),
+    };
+    parts.clear();
+    messages.push(ChatOutMessage {
+        role: "user",
+        content,
+        tool_calls: None,
+        tool_call_id: None,
+    });
+}
+
+/// A provider's non-stream chat completion → canonical.
+pub fn parse_response(body: &[u8]) -> Result<ChatResponse, TranslateError> {
+    let wire: ChatWireResponse =
+        serde_json::from_slice(body).map_err(|e| terr(format!("openai-chat response: {e}")))?;
+    let choice = wire
+        .choices
+        .into_iter()
+        .next()
+        .ok_or_else(|| terr("openai-chat response has no choices"))?;
+    let mut content = Vec::new();
+    if let Some(t) = choice.message.content.filter(|t| !t.is_empty()) {
+        content.push(Part::Text(t));
+    }
+    if let Some(r) = choice.message.refusal.filter(|r| !r.is_empty()) {
+        content.push(Part::Text(r));
+    }
+    for tc in choice.message.tool_calls.into_iter().flatten() {
+        content.push(Part::ToolCall {
+            id: tc.id,
+            name: tc.function.name,
+            arguments: tc.function.arguments,
+        });
+    }
+    Ok(ChatResponse {
+        id: wire.id,
+        model: wire.model,
+        content,
+        stop_reason: finish_to_stop(choice.finish_reason.as_deref()),
+        usage: wire.usage.map(WireUsage::canonical).unwrap_or_default(),
+    })
+}
+
+/// Canonical → the caller's non-stream `chat.completion` object (`created` = now).
+pub fn render_response(resp: &ChatResponse) -> Bytes {
+    render_response_at(resp, unix_now())
+}
+
+/// [`render_response`] with a fixed `created` (tests and golden files).
+pub fn render_response_at(resp: &ChatResponse, created: u64) -> Bytes {
+    let text: String = resp
+        .content
+        .iter()
+        .filter_map(|p| match p {
+            Part::Text(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect();
+    let calls: Vec<serde_json::Value> = resp
+        .content
+        .iter()
+        .filter_map(|p| match p {
+            Part::ToolCall {
+                id,
+                name,
+                arguments,
+            } => Some(json!({"id": id, "type": "function",
+                "function": {"name": name, "arguments": arguments}})),
+            _ => None,
+        })
+        .collect();
+    let mut message = json!({
+        "role": "assistant",
+        "content": if text.is_empty() && !calls.is_empty() { serde_json::Value::Null } else { json!(text) },
+        "refusal": null,
+        "annotations": [],
+    });
+    if !calls.is_empty() {
+        message["tool_calls"] = json!(calls);
+    }
+    let body = json!({
+        "id": resp.id,
+        "object": "chat.completion",
+        "created": created,
+        "model": resp.model,
+        "choices": [{
+            "index": 0,
+            "message": message,
+            "logprobs": null,
+            "finish_reason": stop_to_finish(resp.stop_reason),
+        }],
+        "usage": usage_json(resp.usage),
+        "system_fingerprint": null,
+    });
+    Bytes::from(body.to_string())
+}
+
+fn usage_json(u: Usage) -> serde_json::Value {
+    json!({
+        "prompt_tokens": u.input_tokens,
+        "completion_tokens": u.output_tokens,
+        "total_tokens": u.input_tokens + u.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+            "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
+    })
+}
+
+/// OpenAI `finish_reason` → canonical stop reason.
+pub(crate) fn finish_to_stop(reason: Option<&str>) -> StopReason {
+    match reason {
+        Some("length") => StopReason::MaxTokens,
+        Some("tool_calls" | "function_call") => StopReason::ToolUse,
+        Some("content_filter") => StopReason::ContentFilter,
+        _ => StopReason::EndTurn,
+    }
+}
+
+/// Canonical stop reason → OpenAI `finish_reason` (a stop sequence is `stop` in OpenAI).
+pub(crate) fn stop_to_finish(reason: StopReason) -> &'static str {
+    match reason {
+        StopReason::EndTurn | StopReason::StopSequence => "stop",
+        StopReason::MaxTokens => "length",
+        StopReason::ToolUse => "tool_calls",
+        StopReason::ContentFilter => "content_filter",
+    }
+}
+
+/// A provider's chat-completions SSE → canonical stream events.
+///
+/// OpenAI has no block boundaries: the text is one block and each `tool_calls[].index` another,
+/// numbered in the order they appear; a block closes when the next one starts or at
+/// `finish_reason`. The `Stop` is held until the usage chunk (`include_usage`) or `[DONE]`, so it
+/// carries the final usage.
+#[derive(Debug, Default)]
+pub struct StreamDecoder {
+    sse: sse::SseDecoder,
+    started: bool,
+    next_block: usize,
+    text_block: Option<usize>,
+    tool_blocks: Vec<(u64, usize)>,
+    open: Option<usize>,
+    pending_stop: Option<StopReason>,
+    usage: Option<Usage>,
+    finished: bool,
+}
+
+impl StreamDecoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn push(&mut self, bytes: &[u8]) -> Vec<StreamEvent> {
+        self.sse.push(bytes);
+        let mut out = Vec::new();
+        while let Some(ev) = self.sse.next_event() {
+            self.event(&ev.data, &mut out);
+        }
+        out
+    }
+
+    fn close_open(&mut self, out: &mut Vec<StreamEvent>) {
+        if let Some(index) = self.open.take() {
+            out.push(StreamEvent::BlockStop { index });
+        }
+    }
+
+    fn switch_to(&mut self, block: usize, out: &mut Vec<StreamEvent>) {
+        if self.open != Some(block) {
+            self.close_open(out);
+            self.open = Some(block);
+        }
+    }
+
+    fn event(&mut self, data: &str, out: &mut Vec<StreamEvent>) {
+        let data = data.trim();
+        if self.finished {
+            return;
+        }
+        if data.starts_with("[DONE]") {
+            if let Some(reason) = self.pending_stop.take() {
+                out.push(StreamEvent::Stop {
+                    reason,
+                    usage: self.usage,
+                });
+            }
+            self.finished = true;
+            return;
+        }
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(data) else {
+            return;
+        };
+        if let Some(err) = v.get("error").filter(|e| e.is_object()) {
+            let error_type = err["type"]
+                .as_str()
+                .or_else(|| err["code"].as_str())
+                .unwrap_or("server_error")
+                .to_owned();
+            out.push(StreamEvent::Error {
+                status: error_status(&error_type, err["code"].as_str()),
+                message: err["message"].as_str().unwrap_or_default().to_owned(),
+                error_type,
+            });
+            self.finished = true;
+            return;
+        }
+        if !self.started {
+            self.started = true;
+            out.push(StreamEvent::Start {
+                id: v["id"].as_str().unwrap_or_default().to_owned(),
+                model: v["model"].as_str().unwrap_or_default().to_owned(),
+                input_tokens: None,
+            });
+        }
+        if let Some(choice) = v["choices"].as_array().and_then(|c| c.first()) {
+            let delta = &choice["delta"];
+            for key in ["content", "refusal"] {
+                if let Some(t) = delta[key].as_str().filter(|t| !t.is_empty()) {
+                    let block = match self.text_block {
+                        Some(b) => b,
+                        None => {
+                            let b = self.next_block;
+                            self.next_block += 1;
+                            self.text_block = Some(b);
+                            b
+                        }
+                    };
+                    self.switch_to(block, out);
+                    out.push(StreamEvent::TextDelta {
+                        index: block,
+                        text: t.to_owned(),
+                    });
+                }
+            }
+            for tc in delta["tool_calls"].as_array().into_iter().flatten() {
+                let k = tc["index"].as_u64().unwrap_or(0);
+                let block = match self.tool_blocks.iter().find(|(i, _)| *i == k) {
+                    Some((_, b)) => *b,
+                    None => {
+                        let b = self.next_block;
+                        self.next_block += 1;
+                        self.tool_blocks.push((k, b));
+                        self.switch_to(b, out);
+                        out.push(StreamEvent::ToolCallStart {
+                            index: b,
+                            id: tc["id"]
+                                .as_str()
+                                .map_or_else(|| format!("call_{k}"), str::to_owned),
+                            name: tc["function"]["name"]
+                                .as_str()
+                                .unwrap_or_default()
+                                .to_owned(),
+                        });
+                        b
+                    }
+                };
+                if let Some(a) = tc["function"]["arguments"]
+                    .as_str()
+                    .filter(|a| !a.is_empty())
+                {
+                    self.switch_to(block, out);
+                    out.push(StreamEvent::ToolCallDelta {
+                        index: block,
+                        arguments: a.to_owned(),
+                    });
+                }
+            }
+            if let Some(reason) = choice["finish_reason"].as_str() {
+                self.close_open(out);
+                self.pending_stop = Some(finish_to_stop(Some(reason)));
+            }
+        }
+        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+            let usage = Usage {
+                input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
+                output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
+            };
+            self.usage = Some(usage);
+            if let Some(reason) = self.pending_stop.take() {
+                out.push(StreamEvent::Stop {
+                    reason,
+                    usage: Some(usage),
+                });
+            }
+        }
+    }
+}
+
+/// Canonical stream events → the caller's chat-completions SSE.
+///
+/// Always starts with the role chunk (`delta.role = "assistant"`), ends a finished stream with
+/// the `finish_reason` chunk, then the usage chunk (`choices: []`) **only if** usage is known (a
+/// `Usage` event or a `Stop` carrying usage), then `data: [DONE]`. An `Error` ends the stream with
+/// `data: {"error":…}` and no `[DONE]`.
+#[derive(Debug)]
+pub struct StreamEncoder {
+    id: String,
+    model: String,
+    created: u64,
+    started: bool,
+    finished: bool,
+    /// Canonical block index → `tool_calls[].index`.
+    tool_index: Vec<(usize, usize)>,
+    usage: Option<Usage>,
+}
+
+impl StreamEncoder {
+    pub fn new(id: &str, model: &str) -> Self {
+        StreamEncoder {
+            id: id.to_owned(),
+            model: model.to_owned(),
+            created: unix_now(),
+            started: false,
+            finished: false,
+            tool_index: Vec::new(),
+            usage: None,
+        }
+    }
+
+    /// Fixes the `created` timestamp (tests and golden files).
+    pub fn with_created(mut self, created: u64) -> Self {
+        self.created = created;
+        self
+    }
+
+    fn chunk(&self, delta: serde_json::Value, finish: Option<&str>) -> Bytes {
+        let v = json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+        });
+        sse::encode(None, &v.to_string())
+    }
+
+    pub fn encode(&mut self, ev: &StreamEvent) -> Bytes {
+        if self.finished {
+            return Bytes::new();
+        }
+        let mut out = Vec::new();
+        if !self.started && !matches!(ev, StreamEvent::Error { .. }) {
+            self.started = true;
+            if let StreamEvent::Start { id, model, .. } = ev {
+                if self.id.is_empty() {
+                    self.id.clone_from(id);
+                }
+                if self.model.is_empty() {
+                    self.model.clone_from(model);
+                }
+            }
+            out.push(self.chunk(
+                json!({"role": "assistant", "content": "", "refusal": null}),
+                None,
+            ));
+        }
+        match ev {
+            StreamEvent::Start { .. } | StreamEvent::BlockStop { .. } => {}
+            StreamEvent::TextDelta { text, .. } => {
+                out.push(self.chunk(json!({"content": text}), None));
+            }
+            StreamEvent::ToolCallStart { index, id, name } => {
+                let k = self.tool_index.len();
+                self.tool_index.push((*index, k));
+                out.push(self.chunk(
+                    json!({"tool_calls": [{"index": k, "id": id, "type": "function",
+                        "function": {"name": name, "arguments": ""}}]}),
+                    None,
+                ));
+            }
+            StreamEvent::ToolCallDelta { index, arguments } => {
+                let k = self
+                    .tool_index
+                    .iter()
+                    .find(|(b, _)| b == index)
+                    .map_or(0, |(_, k)| *k);
+                out.push(self.chunk(
+                    json!({"tool_calls": [{"index": k, "function": {"arguments": arguments}}]}),
+                    None,
+                ));
+            }
+            StreamEvent::Usage(u) => self.usage = Some(*u),
+            StreamEvent::Stop { reason, usage } => {
+                if usage.is_some() {
+                    self.usage = *usage;
+                }
+                out.push(self.chunk(json!({}), Some(stop_to_finish(*reason))));
+                if let Some(u) = self.usage {
+                    let v = json!({
+                        "id": self.id,
+                        "object": "chat.completion.chunk",
+                        "created": self.created,
+                        "model": self.model,
+                        "choices": [],
+                        "usage": usage_json(u),
+                    });
+                    out.push(sse::encode(None, &v.to_string()));
+                }
+                out.push(Bytes::from_static(b"data: [DONE]\n\n"));
+                self.finished = true;
+            }
+            StreamEvent::Error {
+                status,
+                error_type,
+                message,
+            } => {
+                let (t, code) = openai_error_type(classify_error(*status, error_type));
+                out.push(sse::encode(None, &error_json(t, code, message).to_string()));
+                self.finished = true;
+            }
+        }
+        concat(out)
+    }
+}
+
+impl Default for StreamEncoder {
+    fn default() -> Self {
+        Self::new("", "")
+    }
+}
+
+/// The status an OpenAI error `(type, code)` stands for: a specific code wins over a generic
+/// type (`server_error` + `overloaded` is 529, what Anthropic's `overloaded_error` maps to).
+pub(crate) fn error_status(error_type: &str, code: Option<&str>) -> u16 {
+    match code {
+        Some("overloaded") => 529,
+        Some(c) if status_for_error_type(c) != 500 => status_for_error_type(c),
+        _ => status_for_error_type(error_type),
+    }
+}
+
+/// A provider error body → (error type, message). Tolerant of any shape (OpenAI, Anthropic,
+/// Bedrock `{"message"}`) and of junk.
+pub fn parse_error(status: u16, body: &[u8]) -> (String, String) {
+    parse_any_error(status, body, |c| openai_error_type(c).0)
+}
+
+/// A translated upstream error in OpenAI's shape: the status is kept, the type is mapped.
+pub fn render_upstream_error(status: u16, error_type: &str, message: &str) -> RenderedError {
+    let (t, code) = openai_error_type(classify_error(status, error_type));
+    RenderedError {
+        status,
+        content_type: "application/json",
+        headers: Vec::new(),
+        body: Bytes::from(error_json(t, code, message).to_string()),
+    }
+}
+
+/// OpenAI `(type, code)` for an error class.
+pub(crate) fn openai_error_type(c: ErrorClass) -> (&'static str, Option<&'static str>) {
+    match c {
+        ErrorClass::InvalidRequest => ("invalid_request_error", None),
+        ErrorClass::Authentication => ("authentication_error", Some("invalid_api_key")),
+        ErrorClass::Billing => ("insufficient_quota", Some("billing_error")),
+        ErrorClass::Permission => ("permission_error", None),
+        ErrorClass::NotFound => ("not_found_error", None),
+        ErrorClass::Timeout => ("server_error", Some("timeout")),
+        ErrorClass::Conflict => ("invalid_request_error", Some("conflict")),
+        ErrorClass::TooLarge => ("invalid_request_error", Some("request_too_large")),
+        ErrorClass::RateLimit => ("requests", Some("rate_limit_exceeded")),
+        ErrorClass::Overloaded => ("server_error", Some("overloaded")),
+        ErrorClass::Server => ("server_error", None),
+    }
+}
+
+// ---- wire shapes (tolerant: unknown fields ignored, nulls allowed) ------------------------------
+
+#[derive(Deserialize)]
+struct ChatWireRequest {
+    #[serde(default)]
+    messages: Vec<ChatWireMessage>,
+    #[serde(default)]
+    tools: Option<Vec<ChatWireTool>>,
+    #[serde(default)]
+    tool_choice: Option<serde_json::Value>,
+    #[serde(default)]
+    max_tokens: Option<u64>,
+    #[serde(default)]
+    max_completion_tokens: Option<u64>,
+    #[serde(default)]
+    temperature: Option<f64>,
+    #[serde(default)]
+    top_p: Option<f64>,
+    #[serde(default)]
+    stop: Option<serde_json::Value>,
+    #[serde(default)]
+    response_format: Option<ChatWireFormat>,
+    #[serde(default)]
+    n: Option<u64>,
+    #[serde(default)]
+    functions: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    function_call: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct ChatWireMessage {
+    role: String,
+    #[serde(default)]
+    content: Option<Box<RawValue>>,
+    #[serde(default)]
+    refusal: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ChatWireToolCall>>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ChatWirePart {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    refusal: Option<String>,
+    #[serde(default)]
+    image_url: Option<ChatWireUrl>,
+}
+
+#[derive(Deserialize)]
+struct ChatWireUrl {
+    url: String,
+}
+
+#[derive(Deserialize)]
+struct ChatWireToolCall {
+    #[serde(default)]
+    id: String,
+    function: ChatWireFunctionCall,
+}
+
+#[derive(Deserialize)]
+struct ChatWireFunctionCall {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    arguments: String,
+}
+
+#[derive(Deserialize)]
+struct ChatWireTool {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    function: Option<ChatWireFunction>,
+}
+
+#[derive(Deserialize)]
+struct ChatWireFunction {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    parameters: Option<Box<RawValue>>,
+}
+
+#[derive(Deserialize)]
+struct ChatWireFormat {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    json_schema: Option<ChatWireSchema>,
+}
+
+#[derive(Deserialize)]
+struct ChatWireSchema {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    schema: Option<Box<RawValue>>,
+    #[serde(default)]
+    strict: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct ChatWireResponse {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    model: String,
+    #[serde(default)]
+    choices: Vec<ChatWireChoice>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+#[derive(Deserialize)]
+struct ChatWireChoice {
+    message: ChatWireAnswer,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ChatWireAnswer {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    refusal: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ChatWireToolCall>>,
+}
+
+impl WireUsage {
+    fn canonical(self) -> Usage {
+        Usage {
+            input_tokens: self.prompt_tokens,
+            output_tokens: self.completion_tokens,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ChatOutRequest<'a> {
+    model: &'a str,
+    messages: Vec<ChatOutMessage<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<Vec<ChatOutTool<'a>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stop: Option<&'a Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<ChatOutFormat<'a>>,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<serde_json::Value>,
+}
+
+#[derive(Serialize)]
+struct ChatOutMessage<'a> {
+    role: &'static str,
+    content: ChatOutContent<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Vec<ChatOutToolCall<'a>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ChatOutContent<'a> {
+    Text(&'a str),
+    Parts(Vec<ChatOutPart<'a>>),
+    Null,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ChatOutPart<'a> {
+    Text { text: &'a str },
+    ImageUrl { image_url: ChatOutUrl },
+}
+
+#[derive(Serialize)]
+struct ChatOutUrl {
+    url: String,
+}
+
+#[derive(Serialize)]
+struct ChatOutToolCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: ChatOutFunctionCall<'a>,
+}
+
+#[derive(Serialize)]
+struct ChatOutFunctionCall<'a> {
+    name: &'a str,
+    arguments: &'a str,
+}
+
+#[derive(Serialize)]
+struct ChatOutTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: ChatOutFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct ChatOutFunction<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    parameters: Box<RawValue>,
+}
+
+#[derive(Serialize)]
+struct ChatOutFormat<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    json_schema: ChatOutSchema<'a>,
+}
+
+#[derive(Serialize)]
+struct ChatOutSchema<'a> {
+    name: &'a str,
+    schema: Box<RawValue>,
+    strict: bool,
+}
+
+fn chat_text_content(raw: Option<&RawValue>, i: usize) -> Result<String, TranslateError> {
+    let mut out = String::new();
+    for p in chat_user_parts(raw, i)? {
+        match p {
+            Part::Text(t) => out.push_str(&t),
+            _ => {
+                return Err(terr(format!(
+                    "openai-chat messages[{i}]: only text is allowed here"
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn chat_user_parts(raw: Option<&RawValue>, i: usize) -> Result<Vec<Part>, TranslateError> {
+    let Some(raw) = raw else {
+        return Ok(Vec::new());
+    };
+    let bad = |e: serde_json::Error| terr(format!("openai-chat messages[{i}].content: {e}"));
+    match raw.get().trim_start().as_bytes().first() {
+        Some(b'"') => Ok(vec![Part::Text(
+            serde_json::from_str(raw.get()).map_err(bad)?,
+        )]),
+        Some(b'n') => Ok(Vec::new()),
+        _ => {
+            let parts: Vec<ChatWirePart> = serde_json::from_str(raw.get()).map_err(bad)?;
+            parts
+                .into_iter()
+                .map(|p| match p.kind.as_str() {
+                    "text" => Ok(Part::Text(p.text.unwrap_or_default())),
+                    "refusal" => Ok(Part::Text(p.refusal.unwrap_or_default())),
+                    "image_url" => {
+                        let url = p.image_url.map(|u| u.url).unwrap_or_default();
+                        let (media_type, data) = parse_data_url(&url)?;
+                        Ok(Part::Image { media_type, data })
+                    }
+                    other => Err(terr(format!(
+                        "openai-chat messages[{i}]: content part `{other}` cannot be translated"
+                    ))),
+                })
+                .collect()
+        }
+    }
+}
+
+// ---- helpers shared by the translating modules -----------------------------------------------
+
+pub(crate) fn terr(msg: impl Into<String>) -> TranslateError {
+    TranslateError(msg.into())
+}
+
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+pub(crate) fn concat(parts: Vec<Bytes>) -> Bytes {
+    match parts.len() {
+        0 => Bytes::new(),
+        1 => parts.into_iter().next().unwrap_or_default(),
+        _ => Bytes::from(parts.concat()),
+    }
+}
+
+/// The canonical text of an optional JSON schema: absent or null → an empty object schema.
+pub(crate) fn schema_text(raw: Option<&RawValue>) -> String {
+    match raw.map(RawValue::get) {
+        None | Some("null") => r#"{"type":"object","properties":{}}"#.to_owned(),
+        Some(s) => s.to_owned(),
+    }
+}
+
+/// JSON text checked and kept verbatim (key order matters to models reading schemas).
+pub(crate) fn raw_json(text: &str, what: &str) -> Result<Box<RawValue>, TranslateError> {
+    let text = if text.trim().is_empty() { "{}" } else { text };
+    RawValue::from_string(text.to_owned()).map_err(|e| terr(format!("{what} are not JSON: {e}")))
+}
+
+/// Splits `data:<media>;base64,<data>`. Any other URL cannot be translated (the canonical form
+/// carries base64 images only).
+pub(crate) fn parse_data_url(url: &str) -> Result<(String, String), TranslateError> {
+    let not = || {
+        let shown: String = url.chars().take(40).collect();
+        terr(format!(
+            "image URL `{shown}` is not a base64 data: URL; only base64 images can be translated"
+        ))
+    };
+    let rest = url.strip_prefix("data:").ok_or_else(not)?;
+    let (meta, data) = rest.split_once(',').ok_or_else(not)?;
+    let media = meta.strip_suffix(";base64").ok_or_else(not)?;
+    Ok((media.to_owned(), data.to_owned()))
+}
+
+pub(crate) fn data_url(media_type: &str, data: &str) -> String {
+    format!("data:{media_type};base64,{data}")
+}
+
+/// The canonical message list: consecutive turns of one role merged (Anthropic requires
+/// alternation and one user turn holds all tool results), empty text dropped from turns that
+/// have other content, empty turns dropped.
+pub(crate) fn normalize_messages(messages: Vec<Message>) -> Vec<Message> {
+    let mut out: Vec<Message> = Vec::with_capacity(messages.len());
+    for m in messages {
+        match out.last_mut() {
+            Some(last) if last.role == m.role => last.content.extend(m.content),
+            _ => out.push(m),
+        }
+    }
+    for m in &mut out {
+        if m.content
+            .iter()
+            .any(|p| !matches!(p, Part::Text(t) if t.is_empty()))
+        {
+            m.content
+                .retain(|p| !matches!(p, Part::Text(t) if t.is_empty()));
+        }
+    }
+    out.retain(|m| !m.content.is_empty());
+    out
+}
+
+/// What kind of failure an error is, whatever dialect named it. Status decides first (SDKs pick
+/// the exception class by status); the type decides for in-stream errors and among 5xx.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ErrorClass {
+    InvalidRequest,
+    Authentication,
+    Billing,
+    Permission,
+    NotFound,
+    Timeout,
+    Conflict,
+    TooLarge,
+    RateLimit,
+    Overloaded,
+    Server,
+}
+
+pub(crate) fn classify_error(status: u16, error_type: &str) -> ErrorClass {
+    let by_type = match error_type {
+        "invalid_request_error" | "ValidationException" => ErrorClass::InvalidRequest,
+        "authentication_error" | "invalid_api_key" => ErrorClass::Authentication,
+        "billing_error" => ErrorClass::Billing,
+        "permission_error" | "AccessDeniedException" => ErrorClass::Permission,
+        "not_found_error" | "ResourceNotFoundException" => ErrorClass::NotFound,
+        "timeout_error" | "ModelTimeoutException" => ErrorClass::Timeout,
+        "conflict_error" => ErrorClass::Conflict,
+        "request_too_large" => ErrorClass::TooLarge,
+        "rate_limit_error"
+        | "rate_limit_exceeded"
+        | "requests"
+        | "tokens"
+        | "insufficient_quota"
+        | "ThrottlingException" => ErrorClass::RateLimit,
+        "overloaded_error" | "overloaded" | "server_is_overloaded" => ErrorClass::Overloaded,
+        _ => ErrorClass::Server,
+    };
+    match status {
+        400 | 422 if by_type == ErrorClass::TooLarge => ErrorClass::TooLarge,
+        400 | 422 => ErrorClass::InvalidRequest,
+        401 => ErrorClass::Authentication,
+        402 => ErrorClass::Billing,
+        403 => ErrorClass::Permission,
+        404 => ErrorClass::NotFound,
+        408 | 504 => ErrorClass::Timeout,
+        409 => ErrorClass::Conflict,
+        413 => ErrorClass::TooLarge,
+        429 => ErrorClass::RateLimit,
+        529 => ErrorClass::Overloaded,
+        500..=599 if by_type == ErrorClass::Overloaded => ErrorClass::Overloaded,
+        500..=599 => ErrorClass::Server,
+        405..=499 => ErrorClass::InvalidRequest,
+        _ => by_type,
+    }
+}
+
+/// Reads `(type, message)` from any provider error body; unknown shapes get the type this
+/// dialect uses for the status and the body text (cut to 300 characters) as message.
+pub(crate) fn parse_any_error(
+    status: u16,
+    body: &[u8],
+    default_type: impl Fn(ErrorClass) -> &'static str,
+) -> (String, String) {
+    let fallback_type = || default_type(classify_error(status, "")).to_owned();
+    let v: serde_json::Value = serde_json::from_slice(body).unwrap_or(serde_json::Value::Null);
+    let err = match v.get("error") {
+        Some(e) if e.is_object() => e,
+        _ => &v,
+    };
+    let ty = err
+        .get("type")
+        .and_then(|t| t.as_str())
+        .filter(|t| !t.is_empty() && *t != "error")
+        .or_else(|| err.get("code").and_then(|c| c.as_str()))
+        .or_else(|| v.get("__type").and_then(|c| c.as_str()));
+    let msg = err
+        .get("message")
+        .or_else(|| err.get("Message"))
+        .and_then(|m| m.as_str())
+        .or_else(|| v.get("error").and_then(|e| e.as_str()));
+    let message = match msg {
+        Some(m) => m.to_owned(),
+        None => {
+            let text = String::from_utf8_lossy(body);
+            let text = text.trim();
+            if text.is_empty() {
+                format!("upstream error (status {status})")
+            } else {
+                text.chars().take(300).collect()
+            }
+        }
+    };
+    (ty.map_or_else(fallback_type, str::to_owned), message)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,17 +1417,29 @@ mod tests {
     #[test]
     fn classifies_preamble_content_done_and_errors() {
         let role = r#"{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"finish_reason":null}]}"#;
-        assert_eq!(classify_stream_event(&ev(role)), StreamEvent::Preamble);
+        assert_eq!(
+            classify_stream_event(&ev(role)),
+            crate::StreamEvent::Preamble
+        );
         let text =
             r#"{"id":"c","choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"#;
-        assert_eq!(classify_stream_event(&ev(text)), StreamEvent::Content);
+        assert_eq!(
+            classify_stream_event(&ev(text)),
+            crate::StreamEvent::Content
+        );
         let tool = r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"x"}]},"finish_reason":null}]}"#;
-        assert_eq!(classify_stream_event(&ev(tool)), StreamEvent::Content);
+        assert_eq!(
+            classify_stream_event(&ev(tool)),
+            crate::StreamEvent::Content
+        );
         let fin = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
-        assert_eq!(classify_stream_event(&ev(fin)), StreamEvent::Content);
+        assert_eq!(classify_stream_event(&ev(fin)), crate::StreamEvent::Content);
         let usage =
             r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}"#;
-        assert_eq!(classify_stream_event(&ev(usage)), StreamEvent::Metadata);
+        assert_eq!(
+            classify_stream_event(&ev(usage)),
+            crate::StreamEvent::Metadata
+        );
         assert_eq!(
             stream_event_usage(&ev(usage)),
             Some(Usage {
@@ -214,11 +1447,14 @@ mod tests {
                 output_tokens: 2
             })
         );
-        assert_eq!(classify_stream_event(&ev("[DONE]")), StreamEvent::Done);
+        assert_eq!(
+            classify_stream_event(&ev("[DONE]")),
+            crate::StreamEvent::Done
+        );
         let err = r#"{"error":{"message":"Overloaded","type":"overloaded_error","param":null,"code":null}}"#;
         assert_eq!(
             classify_stream_event(&ev(err)),
-            StreamEvent::Error {
+            crate::StreamEvent::Error {
                 status: 529,
                 error_type: "overloaded_error".into(),
                 message: "Overloaded".into()

@@ -130,6 +130,27 @@ impl ParsedRequest {
         })
     }
 
+    /// A request whose model arrives in the URL path (Bedrock: `/model/{modelId}/...`) rather than
+    /// the body. The body is kept as sent; there is no `model` value inside it to rewrite, so a
+    /// same-dialect hop sends [`ParsedRequest::body`] and puts its model in the path instead of
+    /// calling [`ParsedRequest::body_with_model`].
+    pub fn with_path_model(
+        dialect: Dialect,
+        model: String,
+        stream: bool,
+        features: Features,
+        body: Bytes,
+    ) -> ParsedRequest {
+        ParsedRequest {
+            dialect,
+            model,
+            stream,
+            features,
+            body,
+            model_span: 0..0,
+        }
+    }
+
     /// The original body as the caller sent it.
     pub fn body(&self) -> &Bytes {
         &self.body

@@ -356,9 +356,13 @@ rules:
       priorityGroups:
         - destinations: [ { target: up, model: m-quick }, { target: up, model: m-slow } ]
 "#;
+    // 10 ms vs 50 ms: far enough apart that a loaded machine's scheduling noise cannot swap them.
     let env = start(
         yaml,
-        behaviours(&[("m-quick", healthy_after(2)), ("m-slow", healthy_after(10))]),
+        behaviours(&[
+            ("m-quick", healthy_after(10)),
+            ("m-slow", healthy_after(50)),
+        ]),
     )
     .await;
     for _ in 0..200 {

@@ -74,8 +74,9 @@ pub trait StreamEncoder {
     fn content(&mut self, text: &str) -> Vec<Bytes>;
     /// Events after the last content chunk, including the terminator (OpenAI chat: `[DONE]`).
     fn finish(&mut self) -> Vec<Bytes>;
-    /// The in-stream error event of `error_type`, which ends the stream.
-    fn error(&mut self, error_type: &str) -> Vec<Bytes>;
+    /// The in-stream error event of `error_type` (`streamErrorType`; `None`: the dialect's usual
+    /// type), which ends the stream.
+    fn error(&mut self, error_type: Option<&str>) -> Vec<Bytes>;
 }
 
 /// The steps of a streamed success: preamble, content chunks separated by `chunk_interval`, then the
@@ -105,7 +106,9 @@ pub fn stream_steps(encoder: &mut impl StreamEncoder, success: &Success) -> Vec<
     match &success.ending {
         Ending::Complete => steps.extend(frames(encoder.finish())),
         Ending::DropAfter(_) => steps.push(Step::Abort),
-        Ending::ErrorAfter { error_type, .. } => steps.extend(frames(encoder.error(error_type))),
+        Ending::ErrorAfter { error_type, .. } => {
+            steps.extend(frames(encoder.error(error_type.as_deref())));
+        }
     }
     steps
 }

@@ -82,6 +82,19 @@ pub struct Behaviour {
     /// Token usage to report. Default: derived from the text lengths.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageConfig>,
+    /// When the request offers tools: answer with this tool call instead of the text reply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call: Option<ToolCallConfig>,
+}
+
+/// A scripted tool call (`toolCall`), sent when the request has tools.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolCallConfig {
+    /// The function/tool name.
+    pub name: String,
+    /// The arguments as JSON text; must be a JSON object (e.g. `{"city":"Paris"}`).
+    pub arguments: String,
 }
 
 /// Fixed token usage to report instead of the derived one.
@@ -124,6 +137,20 @@ impl Behaviour {
         }
         if self.stream_chunks == Some(0) {
             return Err("streamChunks: must be at least 1".to_owned());
+        }
+        if let Some(tool) = &self.tool_call {
+            if tool.name.is_empty() {
+                return Err("toolCall.name: must not be empty".to_owned());
+            }
+            match serde_json::from_str::<serde_json::Value>(&tool.arguments) {
+                Ok(serde_json::Value::Object(_)) => {}
+                _ => {
+                    return Err(format!(
+                        "toolCall.arguments: must be the JSON text of an object, got {:?}",
+                        tool.arguments
+                    ))
+                }
+            }
         }
         Ok(())
     }

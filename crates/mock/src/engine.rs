@@ -3,13 +3,14 @@
 
 use std::time::Duration;
 
-use crate::config::{Behaviour, UsageConfig};
+use crate::config::{Behaviour, ToolCallConfig, UsageConfig};
 
 /// Content chunks of a streamed reply when `streamChunks` is not set.
 pub const DEFAULT_STREAM_CHUNKS: usize = 4;
 /// Status of a failing `failureRate` draw when `status` is not set.
 pub const DEFAULT_FAILURE_STATUS: u16 = 503;
-/// In-stream error type when `streamErrorType` is not set.
+/// OpenAI's in-stream error type when `streamErrorType` is not set (each dialect has its own
+/// default: Anthropic `overloaded_error`, Bedrock `internalServerException`).
 pub const DEFAULT_STREAM_ERROR_TYPE: &str = "server_error";
 
 /// What a dialect's `parse_request` extracts from a request body.
@@ -23,6 +24,8 @@ pub struct RequestFacts {
     pub include_stream_usage: bool,
     /// Characters of prompt text, for the derived token usage.
     pub prompt_chars: usize,
+    /// The request offers tools (a behaviour's `toolCall` answers only then).
+    pub has_tools: bool,
 }
 
 /// Everything the server needs to answer one request.
@@ -69,12 +72,23 @@ pub struct Success {
     pub status: u16,
     /// The full reply text.
     pub reply: String,
-    /// The reply split into the content chunks of a stream; they concatenate to `reply`.
+    /// Answer with this tool call instead of `reply` (the behaviour has `toolCall` and the request
+    /// offers tools).
+    pub tool_call: Option<ToolCall>,
+    /// The content chunks of a stream: `reply` split up, or the tool call's `arguments` split up.
     pub chunks: Vec<String>,
     /// Gap before every content chunk but the first (and before a failure taking a chunk's place).
     pub chunk_interval: Duration,
     pub usage: Usage,
     pub ending: Ending,
+}
+
+/// A tool call to answer with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCall {
+    pub name: String,
+    /// JSON text of an object.
+    pub arguments: String,
 }
 
 /// Token usage to report.
@@ -99,7 +113,11 @@ pub enum Ending {
     DropAfter(usize),
     /// The dialect's in-stream error event after this many content chunks; no terminator.
     /// Only for streams: a non-streaming request gets an error status instead.
-    ErrorAfter { chunks: usize, error_type: String },
+    /// `error_type` is `streamErrorType`; `None` lets the dialect pick its usual type.
+    ErrorAfter {
+        chunks: usize,
+        error_type: Option<String>,
+    },
 }
 
 /// Decides the answer. `draw` is the model's next PRNG value in `[0, 1)`, present when the behaviour
@@ -129,9 +147,9 @@ fn outcome(b: &Behaviour, request: &RequestFacts, draw: Option<f64>) -> Outcome 
     let ending = ending(b);
     if let (Ending::ErrorAfter { error_type, .. }, false) = (&ending, request.stream) {
         return Outcome::Error(MockError {
-            error_type: Some(error_type.clone()),
+            error_type: error_type.clone(),
             retry_after_seconds: b.retry_after_seconds,
-            ..MockError::new(status_of_error_type(error_type))
+            ..MockError::new(status_of_error_type(error_type.as_deref()))
         });
     }
 
@@ -139,6 +157,14 @@ fn outcome(b: &Behaviour, request: &RequestFacts, draw: Option<f64>) -> Outcome 
         .reply
         .clone()
         .unwrap_or_else(|| default_reply(&request.model));
+    let tool_call = match (&b.tool_call, request.has_tools) {
+        (Some(ToolCallConfig { name, arguments }), true) => Some(ToolCall {
+            name: name.clone(),
+            arguments: arguments.clone(),
+        }),
+        _ => None,
+    };
+    let output_text = tool_call.as_ref().map_or(&reply, |t| &t.arguments);
     let usage = match b.usage {
         Some(UsageConfig {
             prompt_tokens,
@@ -149,13 +175,17 @@ fn outcome(b: &Behaviour, request: &RequestFacts, draw: Option<f64>) -> Outcome 
         },
         None => Usage {
             prompt_tokens: tokens_for_chars(request.prompt_chars),
-            completion_tokens: tokens_for_chars(reply.chars().count()),
+            completion_tokens: tokens_for_chars(output_text.chars().count()),
         },
     };
     Outcome::Success(Success {
         status: b.status.filter(|s| (200..300).contains(s)).unwrap_or(200),
-        chunks: split_reply(&reply, b.stream_chunks.unwrap_or(DEFAULT_STREAM_CHUNKS)),
+        chunks: split_reply(
+            output_text,
+            b.stream_chunks.unwrap_or(DEFAULT_STREAM_CHUNKS),
+        ),
         reply,
+        tool_call,
         chunk_interval: Duration::from_millis(b.chunk_interval_milliseconds.unwrap_or(0)),
         usage,
         ending,
@@ -169,10 +199,7 @@ fn ending(b: &Behaviour) -> Ending {
         (Some(drop), None) => Ending::DropAfter(drop),
         (_, Some(chunks)) => Ending::ErrorAfter {
             chunks,
-            error_type: b
-                .stream_error_type
-                .clone()
-                .unwrap_or_else(|| DEFAULT_STREAM_ERROR_TYPE.to_owned()),
+            error_type: b.stream_error_type.clone(),
         },
         (None, None) => Ending::Complete,
     }
@@ -184,13 +211,26 @@ pub fn default_reply(model: &str) -> String {
 }
 
 /// Status a non-streaming request gets when the behaviour scripts an in-stream error:
-/// 529 for `overloaded_error` (Anthropic's overloaded status), 500 otherwise.
-pub fn status_of_error_type(error_type: &str) -> u16 {
-    if error_type == "overloaded_error" {
-        529
-    } else {
-        500
+/// 529 for `overloaded_error` (Anthropic's overloaded status), a Bedrock stream exception's own
+/// status (`throttlingException` 429, `modelStreamErrorException` 424, ...), 500 otherwise.
+pub fn status_of_error_type(error_type: Option<&str>) -> u16 {
+    match error_type.map(lower_camel).as_deref() {
+        Some("overloaded_error") => 529,
+        Some("throttlingException") => 429,
+        Some("validationException") => 400,
+        Some("modelTimeoutException") => 408,
+        Some("modelStreamErrorException") => 424,
+        Some("serviceUnavailableException") => 503,
+        _ => 500,
     }
+}
+
+/// `ThrottlingException` → `throttlingException` (Bedrock shape name → event-stream member name).
+pub fn lower_camel(name: &str) -> String {
+    let mut chars = name.chars();
+    chars.next().map_or_else(String::new, |first| {
+        first.to_lowercase().chain(chars).collect()
+    })
 }
 
 /// Roughly four characters per token, rounded up.
@@ -219,6 +259,7 @@ mod tests {
             stream,
             include_stream_usage: false,
             prompt_chars: 9,
+            has_tools: false,
         }
     }
 
@@ -299,9 +340,39 @@ mod tests {
             s.ending,
             Ending::ErrorAfter {
                 chunks: 0,
-                error_type: "overloaded_error".to_owned()
+                error_type: Some("overloaded_error".to_owned())
             }
         );
+    }
+
+    #[test]
+    fn tool_call_answers_only_when_the_request_has_tools() {
+        let b = Behaviour {
+            tool_call: Some(ToolCallConfig {
+                name: "get_weather".to_owned(),
+                arguments: r#"{"city":"Paris"}"#.to_owned(),
+            }),
+            stream_chunks: Some(2),
+            ..Behaviour::default()
+        };
+        assert_eq!(success(decide(&b, &facts(true), None)).tool_call, None);
+        let with_tools = RequestFacts {
+            has_tools: true,
+            ..facts(true)
+        };
+        let s = success(decide(&b, &with_tools, None));
+        assert_eq!(s.tool_call.unwrap().name, "get_weather");
+        assert_eq!(s.chunks, vec![r#"{"city":"#, r#""Paris"}"#]);
+        assert_eq!(s.usage.completion_tokens, 4);
+    }
+
+    #[test]
+    fn bedrock_exception_names_have_their_status() {
+        assert_eq!(status_of_error_type(Some("throttlingException")), 429);
+        assert_eq!(status_of_error_type(Some("ThrottlingException")), 429);
+        assert_eq!(status_of_error_type(Some("modelStreamErrorException")), 424);
+        assert_eq!(status_of_error_type(Some("server_error")), 500);
+        assert_eq!(status_of_error_type(None), 500);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 
 use crate::body::{self, MockBody};
 use crate::config::Behaviour;
-use crate::dialect::{Dialect, RenderContext};
+use crate::dialect::{percent_decode, Dialect, RenderContext};
 use crate::engine::{self, MockError};
 use crate::state::Shared;
 
@@ -25,6 +25,7 @@ pub(crate) async fn handle(
     shared: Arc<Shared>,
     req: Request<Incoming>,
 ) -> Result<Response<MockBody>, Infallible> {
+    let started = Instant::now();
     let (parts, incoming) = req.into_parts();
     let path = parts.uri.path().to_owned();
     let body = match incoming.collect().await {
@@ -47,8 +48,10 @@ pub(crate) async fn handle(
         created: unix_now(),
         model: String::new(),
         include_stream_usage: false,
+        started,
     };
-    let Some(dialect) = Dialect::for_route(&parts.method, &path) else {
+    // Routing uses the raw path: a Bedrock model id with `%2F` stays one segment.
+    let Some(route) = Dialect::for_route(&parts.method, &path) else {
         // Unknown routes answer like OpenAI does, the most common dialect.
         let error = MockError {
             error_type: Some("invalid_request_error".to_owned()),
@@ -57,12 +60,23 @@ pub(crate) async fn handle(
         };
         return Ok(Dialect::OpenAiChat.render_error(&ctx, &error));
     };
+    let dialect = route.dialect;
 
-    let (facts, json) = match dialect.parse_request(&body) {
+    let (facts, json) = match dialect.parse_request(&route, &body) {
         Ok(parsed) => parsed,
-        Err(error) => return Ok(dialect.render_error(&ctx, &error)),
+        Err(error) => {
+            ctx.model = route.model_id.unwrap_or_default();
+            return Ok(dialect.render_error(&ctx, &error));
+        }
     };
-    let admission = shared.admit(&facts.model, &path, headers_json(&parts.headers), json);
+    let record = json!({
+        "path": path,
+        "model": facts.model,
+        "auth": auth_scheme(&parts.headers),
+        "headers": headers_json(&parts.headers),
+        "body": json,
+    });
+    let admission = shared.admit(&facts.model, &route.endpoint, record);
     let decision = engine::decide(&admission.behaviour, &facts, admission.draw);
     if !decision.first_byte_delay.is_zero() {
         tokio::time::sleep(decision.first_byte_delay).await;
@@ -144,44 +158,23 @@ fn headers_json(headers: &HeaderMap) -> Value {
     Value::Object(out)
 }
 
-/// Decodes `%XX` escapes (model ids may contain `:` or `/`); invalid escapes stay as they are.
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
-            .and_then(|h| std::str::from_utf8(h).ok());
-        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percent_decoding() {
-        assert_eq!(percent_decode("a%3Ab%2Fc"), "a:b/c");
-        assert_eq!(percent_decode("100%"), "100%");
-        assert_eq!(percent_decode("%zz"), "%zz");
+/// How the request authenticated: `sigv4` (`Authorization: AWS4-HMAC-SHA256 ...`), `bearer`,
+/// `x-api-key`, `other`, or `none`.
+fn auth_scheme(headers: &HeaderMap) -> &'static str {
+    match headers
+        .get(http::header::AUTHORIZATION)
+        .map(HeaderValue::as_bytes)
+    {
+        Some(v) if v.starts_with(b"AWS4-HMAC-SHA256") => "sigv4",
+        Some(v) if v.len() >= 7 && v[..7].eq_ignore_ascii_case(b"bearer ") => "bearer",
+        Some(_) => "other",
+        None if headers.contains_key("x-api-key") => "x-api-key",
+        None => "none",
     }
 }

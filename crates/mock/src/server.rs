@@ -96,7 +96,8 @@ impl MockServer {
         self.addrs.clone()
     }
 
-    /// `http://ADDR` of the main listener (an OpenAI target's baseUrl is this plus `/v1`).
+    /// `http://ADDR` of the main listener (an OpenAI target's baseUrl is this plus `/v1`; Anthropic
+    /// and Bedrock targets use it as it is).
     pub fn base_url(&self) -> String {
         format!("http://{}", self.addr())
     }

@@ -71,15 +71,15 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Counts a hit for `model` on `path`, records the request, and returns the behaviour to apply
-    /// with this request's failure draw.
-    pub fn admit(&self, model: &str, path: &str, headers: Value, body: Value) -> Admission {
+    /// Counts a hit for `model` on `endpoint`, records the request (`{"path", "model", "auth",
+    /// "headers", "body"}`), and returns the behaviour to apply with this request's failure draw.
+    pub fn admit(&self, model: &str, endpoint: &str, request: Value) -> Admission {
         let mut state = self.lock();
         state.total += 1;
         let stats = state.models.entry(model.to_owned()).or_default();
         stats.hits += 1;
-        *stats.endpoints.entry(path.to_owned()).or_default() += 1;
-        stats.last_request = Some(json!({ "path": path, "headers": headers, "body": body }));
+        *stats.endpoints.entry(endpoint.to_owned()).or_default() += 1;
+        stats.last_request = Some(request);
 
         let behaviour = resolve(&state.behaviours, model);
         let draw = behaviour.failure_rate.map(|_| {

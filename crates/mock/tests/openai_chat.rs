@@ -184,3 +184,66 @@ async fn unknown_route_is_an_openai_404() {
         "Invalid URL (POST /v1/nope)"
     );
 }
+
+fn tool_request(stream: bool) -> Value {
+    json!({"model": "m", "stream": stream, "messages": [{"role": "user", "content": "weather?"}],
+           "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]})
+}
+
+#[tokio::test]
+async fn tool_call_answers_with_tool_calls_when_the_request_has_tools() {
+    let mock = server(json!({"models": {"m": {"toolCall": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}}})).await;
+    // Without tools: the text reply, unchanged.
+    let res = chat(mock.addr(), &json!({"model": "m", "messages": []})).await;
+    assert_eq!(
+        res.json()["choices"][0]["message"]["content"],
+        "hello from m"
+    );
+    assert!(res.json()["choices"][0]["message"]
+        .get("tool_calls")
+        .is_none());
+
+    let res = chat(mock.addr(), &tool_request(false)).await;
+    let choice = &res.json()["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls");
+    assert_eq!(choice["message"]["content"], Value::Null);
+    let call = &choice["message"]["tool_calls"][0];
+    let id = call["id"].as_str().unwrap();
+    assert!(id.starts_with("call_"));
+    assert_eq!(
+        *call,
+        json!({"id": id, "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}})
+    );
+    // "{\"city\":\"Paris\"}" is 16 characters: 4 tokens.
+    assert_eq!(res.json()["usage"]["completion_tokens"], 4);
+}
+
+#[tokio::test]
+async fn streamed_tool_call_sends_the_call_then_argument_pieces() {
+    let mock = server(json!({"models": {"m": {"streamChunks": 2, "toolCall": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}}})).await;
+    let res = chat(mock.addr(), &tool_request(true)).await;
+    let payloads = sse_payloads(&res.body());
+    assert_eq!(payloads.len(), 1 + 2 + 1 + 1);
+    assert_eq!(payloads[4], "[DONE]");
+    let chunks: Vec<Value> = payloads[..4]
+        .iter()
+        .map(|p| serde_json::from_str(p).unwrap())
+        .collect();
+    let first = &chunks[0]["choices"][0]["delta"];
+    let id = first["tool_calls"][0]["id"].as_str().unwrap();
+    assert_eq!(
+        *first,
+        json!({"role": "assistant", "content": null, "refusal": null,
+               "tool_calls": [{"index": 0, "id": id, "type": "function",
+                               "function": {"name": "get_weather", "arguments": ""}}]})
+    );
+    assert_eq!(
+        chunks[1]["choices"][0]["delta"],
+        json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\":"}}]})
+    );
+    assert_eq!(
+        chunks[2]["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"],
+        "\"Paris\"}"
+    );
+    assert_eq!(chunks[3]["choices"][0]["finish_reason"], "tool_calls");
+}

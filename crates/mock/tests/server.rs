@@ -161,6 +161,8 @@ async fn last_request_records_lowercase_headers_and_body() {
     assert_eq!(last["body"], sent);
     assert_eq!(last["headers"]["authorization"], "Bearer sk-test");
     assert_eq!(last["headers"]["x-extra"], "1");
+    assert_eq!(last["model"], "rewritten");
+    assert_eq!(last["auth"], "bearer");
     assert_eq!(mock.stats()["models"]["rewritten"]["lastRequest"], last);
 }
 
@@ -230,6 +232,22 @@ async fn invalid_config_is_rejected_at_start() {
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
     assert!(err.to_string().contains("models.m.status"), "{err}");
     assert!(serde_json::from_value::<MockConfig>(json!({"modles": {}})).is_err());
+
+    for arguments in ["[1]", "{not json", ""] {
+        let config: MockConfig = serde_json::from_value(
+            json!({"models": {"m": {"toolCall": {"name": "f", "arguments": arguments}}}}),
+        )
+        .unwrap();
+        let err = MockServer::start(config).await.err().unwrap();
+        assert!(
+            err.to_string().contains("models.m.toolCall.arguments"),
+            "{err}"
+        );
+    }
+    assert!(serde_json::from_value::<MockConfig>(
+        json!({"models": {"m": {"toolCall": {"name": "f", "args": "{}"}}}})
+    )
+    .is_err());
 }
 
 #[tokio::test]

@@ -171,9 +171,6 @@ fn unsupported(cfg: &Config) -> Vec<&'static str> {
     if cfg.state.as_ref().is_some_and(|s| s.redis.is_some()) {
         out.push("state.redis (shared state across replicas)");
     }
-    if cfg.server.tls.is_some() {
-        out.push("server.tls (TLS on the listener)");
-    }
     if cfg.logging.otlp_endpoint.is_some() {
         out.push("logging.otlpEndpoint (OTLP traces)");
     }

@@ -7,23 +7,30 @@ use bytes::{Bytes, BytesMut};
 use http::response::Parts;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use sidetrack_config::{ProviderKind, StreamCommit};
-use sidetrack_dialects::sse::SseDecoder;
-use sidetrack_dialects::{StreamEvent, Usage};
+use sidetrack_config::StreamCommit;
+use sidetrack_dialects::Dialect;
 use sidetrack_resilience::{ErrorKind, Outcome};
 use tokio::time::Instant;
 
-use crate::providers::{self, HttpClient};
+use super::pipe::Pipe;
+use crate::providers::HttpClient;
 
 /// `firstToken` holds at most this much preamble; crossing it commits (SPEC §5.6).
 pub const MAX_HELD_BYTES: usize = 64 * 1024;
 /// Error bodies are read whole so the last one can be returned; they are small, but cap them.
 const MAX_ERROR_BODY: usize = 1024 * 1024;
+/// A non-streamed answer that must be translated is read whole first.
+const MAX_TRANSLATED_BODY: usize = 64 * 1024 * 1024;
 
 pub struct AttemptSpec<'a> {
     pub client: &'a HttpClient,
     pub request: http::Request<Full<Bytes>>,
-    pub provider: ProviderKind,
+    /// The upstream's wire format and the caller's: the stream pipe translates between them.
+    pub upstream: Dialect,
+    pub caller: Dialect,
+    /// Names a translated stream's message (`id`) and the model it reports.
+    pub response_id: &'a str,
+    pub model: &'a str,
     pub first_byte_timeout: Option<Duration>,
     /// The whole request's deadline (`requestTimeoutMilliseconds`).
     pub deadline: Instant,
@@ -49,7 +56,7 @@ pub enum Upstream {
         parts: Parts,
         held: Vec<Bytes>,
         rest: Incoming,
-        scan: Option<StreamScan>,
+        pipe: Option<Pipe>,
     },
 }
 
@@ -86,51 +93,6 @@ fn concat(chunks: Vec<Bytes>) -> Bytes {
     }
 }
 
-/// Watches a provider's SSE stream beside the forwarded bytes: what has been seen so far.
-pub struct StreamScan {
-    decoder: SseDecoder,
-    provider: ProviderKind,
-    pub seen_content: bool,
-    pub seen_done: bool,
-    pub error: Option<(u16, String)>,
-    pub usage: Option<Usage>,
-}
-
-impl StreamScan {
-    fn new(provider: ProviderKind) -> StreamScan {
-        StreamScan {
-            decoder: SseDecoder::new(),
-            provider,
-            seen_content: false,
-            seen_done: false,
-            error: None,
-            usage: None,
-        }
-    }
-
-    /// Feeds bytes; returns true when a content-bearing (or terminal) event has been seen.
-    pub fn feed(&mut self, chunk: &[u8]) {
-        self.decoder.push(chunk);
-        while let Some(ev) = self.decoder.next_event() {
-            if let Some(u) = sidetrack_dialects::openai_chat::stream_event_usage(&ev) {
-                self.usage = Some(u);
-            }
-            match providers::classify_stream_event(self.provider, &ev) {
-                StreamEvent::Content => self.seen_content = true,
-                StreamEvent::Done => self.seen_done = true,
-                StreamEvent::Error {
-                    status, error_type, ..
-                } => {
-                    if self.error.is_none() {
-                        self.error = Some((status, error_type));
-                    }
-                }
-                StreamEvent::Preamble | StreamEvent::Metadata => {}
-            }
-        }
-    }
-}
-
 enum Read {
     Data(Bytes),
     End,
@@ -156,12 +118,72 @@ async fn next_data(body: &mut Incoming, until: Instant) -> Read {
     }
 }
 
-fn is_event_stream(parts: &Parts) -> bool {
+/// A streamed answer: server-sent events or the Bedrock event stream.
+fn is_stream(parts: &Parts) -> bool {
     parts
         .headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"))
+        .is_some_and(|v| {
+            v.starts_with("text/event-stream")
+                || v.starts_with("application/vnd.amazon.eventstream")
+        })
+}
+
+/// The first chunk and the rest of a body, up to `cap` bytes (bounded by `deadline`).
+async fn read_rest(
+    first: Option<Bytes>,
+    body: &mut Incoming,
+    deadline: Instant,
+    cap: usize,
+) -> Bytes {
+    let mut held: Vec<Bytes> = first.into_iter().collect();
+    let mut size: usize = held.iter().map(Bytes::len).sum();
+    while size < cap {
+        match next_data(body, deadline).await {
+            Read::Data(d) => {
+                size += d.len();
+                held.push(d);
+            }
+            _ => break,
+        }
+    }
+    concat(held)
+}
+
+fn set_json(parts: &mut Parts) {
+    parts.headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+}
+
+/// An upstream error in another format → the same error in the caller's dialect (status
+/// preserved where the caller's dialect has it, type mapped). `Retry-After` and request ids stay.
+fn translate_error(
+    mut parts: Parts,
+    body: &[u8],
+    upstream: Dialect,
+    caller: Dialect,
+) -> (Parts, Bytes) {
+    let status = parts.status.as_u16();
+    let header_type = parts
+        .headers
+        .get("x-amzn-errortype")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let (error_type, message) = upstream.parse_error(status, header_type.as_deref(), body);
+    let r = caller.render_upstream_error(status, &error_type, &message);
+    parts.status = http::StatusCode::from_u16(r.status).unwrap_or(parts.status);
+    parts.headers.remove("x-amzn-errortype");
+    set_json(&mut parts);
+    for (k, v) in r.headers {
+        if let Ok(v) = http::HeaderValue::from_str(&v) {
+            parts.headers.insert(k, v);
+        }
+    }
+    (parts, r.body)
 }
 
 /// Runs one attempt up to its commit decision.
@@ -242,28 +264,57 @@ pub async fn run(spec: AttemptSpec<'_>) -> Attempt {
         response: Some(response),
     };
 
+    let translated = spec.upstream != spec.caller;
     if status >= 400 {
         // Read the whole (small) error body: if this hop triggers and is the last one used, the
-        // caller gets exactly this response.
-        let mut held: Vec<Bytes> = first.into_iter().collect();
-        let mut size: usize = held.iter().map(Bytes::len).sum();
-        while size < MAX_ERROR_BODY {
-            match next_data(&mut body, spec.deadline).await {
-                Read::Data(d) => {
-                    size += d.len();
-                    held.push(d);
-                }
-                _ => break,
-            }
-        }
+        // caller gets exactly this response (translated into its dialect when formats differ).
+        let body = read_rest(first, &mut body, spec.deadline, MAX_ERROR_BODY).await;
+        let (parts, body) = if translated {
+            translate_error(parts, &body, spec.upstream, spec.caller)
+        } else {
+            (parts, body)
+        };
         return done(
             Outcome::Status(status),
             None,
-            Upstream::Buffered {
-                parts,
-                body: concat(held),
-            },
+            Upstream::Buffered { parts, body },
         );
+    }
+    if translated && !is_stream(&parts) {
+        // A whole answer in another format: read it, translate it, send it as one body.
+        let raw = read_rest(first, &mut body, spec.deadline, MAX_TRANSLATED_BODY).await;
+        return match spec.upstream.parse_response(&raw) {
+            Ok(resp) => {
+                let mut parts = parts;
+                set_json(&mut parts);
+                done(
+                    Outcome::from_status(status),
+                    None,
+                    Upstream::Buffered {
+                        parts,
+                        body: spec.caller.render_response(&resp),
+                    },
+                )
+            }
+            Err(e) => {
+                let message = format!("sidetrack could not translate the upstream answer: {e}");
+                let r = spec
+                    .caller
+                    .render_upstream_error(502, "api_error", &message);
+                let mut parts = parts;
+                parts.status =
+                    http::StatusCode::from_u16(r.status).unwrap_or(http::StatusCode::BAD_GATEWAY);
+                set_json(&mut parts);
+                done(
+                    Outcome::Status(502),
+                    Some("untranslatableResponse".into()),
+                    Upstream::Buffered {
+                        parts,
+                        body: r.body,
+                    },
+                )
+            }
+        };
     }
 
     let Some(first) = first else {
@@ -276,7 +327,7 @@ pub async fn run(spec: AttemptSpec<'_>) -> Attempt {
             },
         );
     };
-    if !is_event_stream(&parts) {
+    if !is_stream(&parts) {
         // A plain body: the first byte commits it; the rest streams through as it arrives.
         return done(
             Outcome::from_status(status),
@@ -285,15 +336,21 @@ pub async fn run(spec: AttemptSpec<'_>) -> Attempt {
                 parts,
                 held: vec![first],
                 rest: body,
-                scan: None,
+                pipe: None,
             },
         );
     }
 
-    let mut scan = StreamScan::new(spec.provider);
-    scan.feed(&first);
-    let mut held = vec![first];
-    let mut held_len = held[0].len();
+    let mut pipe = Pipe::new(spec.upstream, spec.caller, spec.response_id, spec.model);
+    let mut parts = parts;
+    if translated {
+        let ct = http::HeaderValue::from_static(spec.caller.stream_content_type());
+        parts.headers.insert(http::header::CONTENT_TYPE, ct);
+        parts.headers.remove("x-amzn-bedrock-content-type");
+    }
+    let out = pipe.feed(first);
+    let mut held_len = out.len();
+    let mut held = vec![out];
     if spec.stream_commit == StreamCommit::FirstByte {
         return done(
             Outcome::from_status(status),
@@ -302,13 +359,13 @@ pub async fn run(spec: AttemptSpec<'_>) -> Attempt {
                 parts,
                 held,
                 rest: body,
-                scan: Some(scan),
+                pipe: Some(pipe),
             },
         );
     }
     // firstToken: hold the preamble until the first content-bearing event.
     loop {
-        if let Some((code, error_type)) = scan.error.clone() {
+        if let Some((code, error_type)) = pipe.state().error.clone() {
             let detail = format!("streamErrorEvent:{error_type}");
             return done(
                 Outcome::Status(code),
@@ -317,11 +374,12 @@ pub async fn run(spec: AttemptSpec<'_>) -> Attempt {
                     parts,
                     held,
                     rest: body,
-                    scan: Some(scan),
+                    pipe: Some(pipe),
                 },
             );
         }
-        if scan.seen_content || scan.seen_done || held_len > MAX_HELD_BYTES {
+        let seen = pipe.state();
+        if seen.seen_content || seen.seen_done || held_len > MAX_HELD_BYTES {
             return done(
                 Outcome::from_status(status),
                 None,
@@ -329,15 +387,17 @@ pub async fn run(spec: AttemptSpec<'_>) -> Attempt {
                     parts,
                     held,
                     rest: body,
-                    scan: Some(scan),
+                    pipe: Some(pipe),
                 },
             );
         }
         match next_data(&mut body, spec.deadline).await {
             Read::Data(d) => {
-                scan.feed(&d);
-                held_len += d.len();
-                held.push(d);
+                let out = pipe.feed(d);
+                held_len += out.len();
+                if !out.is_empty() {
+                    held.push(out);
+                }
             }
             Read::End | Read::Failed => {
                 return failed(

@@ -3,7 +3,9 @@
 //! sidetrack.
 
 pub mod attempt;
+pub mod pipe;
 pub mod relay;
+mod translate;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +55,10 @@ pub struct WalkInput<'a> {
     pub picker: &'a Picker,
     pub health: &'a Health,
     pub metrics: &'a Metrics,
+    /// The caller's request headers (a few are forwarded, e.g. `anthropic-version`).
+    pub caller_headers: &'a http::HeaderMap,
+    /// The gateway's request id (names translated responses).
+    pub request_id: &'a str,
 }
 
 /// A destination chosen for an attempt, with how it was admitted.
@@ -65,19 +71,41 @@ struct Chosen<'p, 'a> {
 }
 
 /// Why a destination was not attempted.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 enum Skip {
     Disabled,
     BreakerOpen,
+    /// It cannot carry this request (SPEC §5.7): `tools`, `jsonSchema`, `contextWindow`, or a
+    /// translation it cannot take. Never a breaker failure.
+    Ineligible(String),
 }
 
 impl Skip {
-    fn as_str(self) -> &'static str {
+    fn label(&self) -> String {
         match self {
-            Skip::Disabled => "DISABLED",
-            Skip::BreakerOpen => "BREAKER_OPEN",
+            Skip::Disabled => "DISABLED".into(),
+            Skip::BreakerOpen => "BREAKER_OPEN".into(),
+            Skip::Ineligible(why) => format!("INELIGIBLE:{why}"),
         }
     }
+}
+
+/// Phase "eligibility": can this destination carry the request, by its declared `capabilities`?
+fn ineligible(dest: &Dest<'_>, req: &ParsedRequest) -> Option<&'static str> {
+    let caps = &dest.target.capabilities;
+    if req.features.tools && caps.tools == Some(false) {
+        return Some("tools");
+    }
+    if req.features.json_schema && caps.json_schema == Some(false) {
+        return Some("jsonSchema");
+    }
+    if caps
+        .context_window
+        .is_some_and(|w| req.features.estimated_prompt_tokens > w)
+    {
+        return Some("contextWindow");
+    }
+    None
 }
 
 /// Phases "breaker" and "pick destination" for one hop. Members that are disabled or whose breaker
@@ -101,6 +129,8 @@ fn choose<'p, 'a>(
     for (i, h) in health.iter().enumerate() {
         if h.is_disabled() {
             skipped.push((i, Skip::Disabled));
+        } else if let Some(why) = ineligible(&hop.destinations[i], input.request) {
+            skipped.push((i, Skip::Ineligible(why.into())));
         } else if respect_breakers && !input.health.can_admit(h) {
             open.push(i);
         } else {
@@ -172,6 +202,24 @@ fn choose<'p, 'a>(
     None
 }
 
+fn record_skip(
+    out: &mut WalkOutput,
+    input: &WalkInput<'_>,
+    hop: &Hop<'_>,
+    d: &Dest<'_>,
+    why: &Skip,
+) {
+    let label = why.label();
+    input.health.get(&d.target.name, &d.model).note_skip();
+    input.metrics.skip(&d.target.name, &d.model, &label);
+    out.skipped.push(SkipRecord {
+        hop: hop.index,
+        target: d.target.name.clone(),
+        model: d.model.to_string(),
+        why: label,
+    });
+}
+
 /// Power of two choices: two distinct random candidates, the better score wins.
 fn p2c(candidates: &[usize], health: &[Arc<DestHealth>], picker: &Picker) -> usize {
     match candidates.len() {
@@ -188,13 +236,14 @@ fn p2c(candidates: &[usize], health: &[Arc<DestHealth>], picker: &Picker) -> usi
     }
 }
 
-/// Is there a later hop with at least one member that is not switched off?
-fn later_hop_usable(hops: &[Hop<'_>], health: &Health) -> bool {
+/// Is there a later hop with at least one member that is neither switched off nor ineligible?
+fn later_hop_usable(hops: &[Hop<'_>], health: &Health, req: &ParsedRequest) -> bool {
     hops.iter().any(|h| {
         h.destinations.iter().any(|d| {
-            !health
-                .find(&d.target.name, &d.model)
-                .is_some_and(|x| x.is_disabled())
+            ineligible(d, req).is_none()
+                && !health
+                    .find(&d.target.name, &d.model)
+                    .is_some_and(|x| x.is_disabled())
         })
     })
 }
@@ -210,19 +259,11 @@ pub async fn walk(input: WalkInput<'_>) -> WalkOutput {
         if Instant::now() >= input.deadline {
             break; // requestTimeoutMilliseconds: the last response (if any) is returned
         }
-        let last_remaining = !later_hop_usable(&hops[pos + 1..], input.health);
+        let last_remaining = !later_hop_usable(&hops[pos + 1..], input.health, input.request);
         let mut skips = Vec::new();
         let chosen = choose(hop, &input, last_remaining, &mut skips);
         for (i, why) in skips {
-            let d = &hop.destinations[i];
-            input.health.get(&d.target.name, &d.model).note_skip();
-            input.metrics.skip(&d.target.name, &d.model, why.as_str());
-            out.skipped.push(SkipRecord {
-                hop: hop.index,
-                target: d.target.name.clone(),
-                model: d.model.to_string(),
-                why: why.as_str().to_owned(),
-            });
+            record_skip(&mut out, &input, hop, &hop.destinations[i], &why);
         }
         let Some(Chosen {
             dest,
@@ -236,7 +277,14 @@ pub async fn walk(input: WalkInput<'_>) -> WalkOutput {
         let is_last = pos + 1 == hops.len();
 
         let in_flight = health.in_flight();
-        let attempt = attempt_one(dest, hop, &input).await;
+        let attempt = match attempt_one(dest, hop, &input).await {
+            Ok(a) => a,
+            Err(why) => {
+                drop(probe); // releases a probe slot it may hold: no verdict
+                record_skip(&mut out, &input, hop, dest, &why);
+                continue;
+            }
+        };
         drop(in_flight);
 
         let fired = hop.policy.triggers.fires(&attempt.outcome);
@@ -339,33 +387,58 @@ fn condition_input<'a>(
     }
 }
 
-/// Phases "translate" and "attempt" for one destination.
-async fn attempt_one(dest: &Dest<'_>, hop: &Hop<'_>, input: &WalkInput<'_>) -> attempt::Attempt {
-    let unroutable = |detail: String| attempt::Attempt {
-        outcome: Outcome::Error(ErrorKind::Unroutable),
-        detail: Some(detail),
-        duration: Duration::ZERO,
-        first_byte: None,
-        response: None,
-    };
+/// Phases "translate" and "attempt" for one destination. A request the destination's format
+/// cannot carry is an `Ineligible` skip, not an attempt.
+async fn attempt_one(
+    dest: &Dest<'_>,
+    hop: &Hop<'_>,
+    input: &WalkInput<'_>,
+) -> Result<attempt::Attempt, Skip> {
     if !dest.target_serves_model() {
-        return unroutable(format!(
-            "target `{}` does not list model `{}`",
-            dest.target.name, dest.model
-        ));
+        return Ok(attempt::Attempt {
+            outcome: Outcome::Error(ErrorKind::Unroutable),
+            detail: Some(format!(
+                "target `{}` does not list model `{}`",
+                dest.target.name, dest.model
+            )),
+            duration: Duration::ZERO,
+            first_byte: None,
+            response: None,
+        });
     }
-    match providers::build_request(dest.target, &dest.model, input.request) {
-        Ok(request) => {
-            attempt::run(attempt::AttemptSpec {
-                client: input.upstreams.client(dest.target_index),
-                request,
-                provider: dest.target.provider,
-                first_byte_timeout: hop.policy.first_byte_timeout,
-                deadline: input.deadline,
-                stream_commit: input.stream_commit,
+    let format = providers::format_for(dest.target.provider, input.request.dialect);
+    let body = translate::request_body(format, input.request, &dest.model)
+        .map_err(|e| Skip::Ineligible(e.0))?;
+    let request = providers::request(providers::Outbound {
+        target: dest.target,
+        model: &dest.model,
+        format,
+        body,
+        stream: input.request.stream,
+        caller_headers: input.caller_headers,
+    });
+    let request = match request {
+        Ok(r) => r,
+        Err(e) => {
+            return Ok(attempt::Attempt {
+                outcome: Outcome::Error(ErrorKind::Unroutable),
+                detail: Some(e.0),
+                duration: Duration::ZERO,
+                first_byte: None,
+                response: None,
             })
-            .await
         }
-        Err(e) => unroutable(e.0),
-    }
+    };
+    Ok(attempt::run(attempt::AttemptSpec {
+        client: input.upstreams.client(dest.target_index),
+        request,
+        upstream: format,
+        caller: input.request.dialect,
+        response_id: input.request_id,
+        model: &dest.model,
+        first_byte_timeout: hop.policy.first_byte_timeout,
+        deadline: input.deadline,
+        stream_commit: input.stream_commit,
+    })
+    .await)
 }

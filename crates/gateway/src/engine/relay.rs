@@ -1,6 +1,6 @@
-//! After the commit point: forward the upstream body as it arrives, watch it (stream end, error
-//! events, usage), end a failed stream with an explicit error in the caller's dialect, and finish
-//! the request (routing log) when the body ends or the caller goes away.
+//! After the commit point: forward the upstream body as it arrives (through the stream pipe, which
+//! translates when formats differ), end a failed stream with an explicit error in the caller's
+//! dialect, and finish the request (routing log) when the body ends or the caller goes away.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -10,10 +10,10 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
-use sidetrack_dialects::{openai_chat, Dialect, Usage};
+use sidetrack_dialects::{Dialect, Usage};
 use tokio::time::{Instant, Sleep};
 
-use super::attempt::StreamScan;
+use super::pipe::Pipe;
 
 /// Called once when the relayed body ends (or is dropped).
 pub trait OnFinish: Send + 'static {
@@ -38,7 +38,9 @@ const MAX_CAPTURE: usize = 1024 * 1024;
 pub struct RelayBody {
     held: VecDeque<Bytes>,
     rest: Option<Incoming>,
-    scan: Option<StreamScan>,
+    /// Streams go through a pipe; plain bodies pass as they are.
+    pipe: Option<Pipe>,
+    /// The caller's dialect (usage is read from a plain body in it).
     caller: Dialect,
     deadline: Pin<Box<Sleep>>,
     trailer: Option<Bytes>,
@@ -51,29 +53,27 @@ impl RelayBody {
     pub fn new(
         held: Vec<Bytes>,
         rest: Incoming,
-        scan: Option<StreamScan>,
+        pipe: Option<Pipe>,
         caller: Dialect,
         deadline: Instant,
         on_finish: Box<dyn OnFinish>,
     ) -> RelayBody {
         let mut end = RelayEnd::default();
-        let capture = if scan.is_none() {
-            let len = held.iter().map(Bytes::len).sum();
-            Some((held.clone(), len))
-        } else {
-            None
-        };
-        if let Some(s) = &scan {
-            // An error event may already be among the held bytes (firstByte commit).
-            if s.error.is_some() {
-                end.mid_stream_error = true;
-                end.detail = Some("upstreamErrorEvent");
+        let capture = match &pipe {
+            None => Some((held.clone(), held.iter().map(Bytes::len).sum())),
+            Some(p) => {
+                // An error event may already be among the held bytes (firstByte commit).
+                if p.state().error.is_some() {
+                    end.mid_stream_error = true;
+                    end.detail = Some("upstreamErrorEvent");
+                }
+                None
             }
-        }
+        };
         RelayBody {
             held: held.into(),
             rest: Some(rest),
-            scan,
+            pipe,
             caller,
             deadline: Box::pin(tokio::time::sleep_until(deadline)),
             trailer: None,
@@ -83,30 +83,22 @@ impl RelayBody {
         }
     }
 
-    fn stream_error(&self, message: &str) -> Bytes {
-        self.caller.render_stream_error(message)
-    }
-
-    /// The upstream stopped early: for an event stream, queue the explicit error event.
+    /// The upstream stopped early: for a stream, queue the explicit error event.
     fn fail(&mut self, detail: &'static str, message: &str) {
         self.rest = None;
         self.end.mid_stream_error = true;
         self.end.detail.get_or_insert(detail);
-        let upstream_already_said = self.scan.as_ref().is_some_and(|s| s.error.is_some());
-        if self.scan.is_some() && !upstream_already_said {
-            self.trailer = Some(self.stream_error(message));
+        if let Some(p) = self.pipe.as_mut() {
+            self.trailer = p.error_tail(message);
         }
     }
 
     fn finish(&mut self) {
         if let Some(f) = self.on_finish.take() {
             let mut end = std::mem::take(&mut self.end);
-            end.usage = match (&self.scan, self.capture.take()) {
-                (Some(s), _) => s.usage,
-                (None, Some((chunks, _))) => {
-                    let body: Vec<u8> = chunks.concat();
-                    openai_chat::response_usage(&body)
-                }
+            end.usage = match (&self.pipe, self.capture.take()) {
+                (Some(p), _) => p.state().usage,
+                (None, Some((chunks, _))) => self.caller.response_usage(&chunks.concat()),
                 _ => None,
             };
             f.finish(end);
@@ -150,7 +142,7 @@ impl Body for RelayBody {
                     "requestTimeoutMilliseconds",
                     "sidetrack: request timeout exceeded mid-stream",
                 );
-                if this.scan.is_none() {
+                if this.pipe.is_none() {
                     this.finish();
                     return Poll::Ready(Some(Err("request timeout exceeded mid-body".into())));
                 }
@@ -159,40 +151,49 @@ impl Body for RelayBody {
             match Pin::new(rest).poll_frame(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some(Ok(frame))) => {
-                    if let Some(data) = frame.data_ref() {
-                        if let Some(scan) = this.scan.as_mut() {
-                            let had_error = scan.error.is_some();
-                            scan.feed(data);
-                            if !had_error && scan.error.is_some() {
+                    let Ok(data) = frame.into_data() else {
+                        continue;
+                    };
+                    match this.pipe.as_mut() {
+                        Some(pipe) => {
+                            let had_error = pipe.state().error.is_some();
+                            let out = pipe.feed(data);
+                            if !had_error && pipe.state().error.is_some() {
                                 this.end.mid_stream_error = true;
                                 this.end.detail.get_or_insert("upstreamErrorEvent");
                             }
-                        } else if let Some((chunks, len)) = this.capture.as_mut() {
-                            *len += data.len();
-                            if *len <= MAX_CAPTURE {
-                                chunks.push(data.clone());
-                            } else {
-                                this.capture = None;
+                            if !out.is_empty() {
+                                return Poll::Ready(Some(Ok(Frame::data(out))));
                             }
                         }
+                        None => {
+                            if let Some((chunks, len)) = this.capture.as_mut() {
+                                *len += data.len();
+                                if *len <= MAX_CAPTURE {
+                                    chunks.push(data.clone());
+                                } else {
+                                    this.capture = None;
+                                }
+                            }
+                            return Poll::Ready(Some(Ok(Frame::data(data))));
+                        }
                     }
-                    return Poll::Ready(Some(Ok(frame)));
                 }
                 Poll::Ready(Some(Err(_))) => {
                     this.fail(
                         "upstreamConnectionLost",
                         "sidetrack: upstream connection lost mid-stream",
                     );
-                    if this.scan.is_none() {
+                    if this.pipe.is_none() {
                         this.finish();
                         return Poll::Ready(Some(Err("upstream connection lost mid-body".into())));
                     }
                 }
                 Poll::Ready(None) => {
                     let ended_cleanly = this
-                        .scan
+                        .pipe
                         .as_ref()
-                        .is_none_or(|s| s.seen_done || s.error.is_some());
+                        .is_none_or(|p| p.state().seen_done || p.state().error.is_some());
                     if ended_cleanly {
                         this.rest = None;
                     } else {
@@ -212,7 +213,7 @@ impl Body for RelayBody {
 
     fn size_hint(&self) -> SizeHint {
         let held: u64 = self.held.iter().map(|b| b.len() as u64).sum();
-        match (&self.rest, &self.scan) {
+        match (&self.rest, &self.pipe) {
             (None, _) if self.trailer.is_none() => SizeHint::with_exact(held),
             (Some(rest), None) => match rest.size_hint().exact() {
                 Some(n) => SizeHint::with_exact(held + n),

@@ -40,6 +40,8 @@ pub struct GatewayOptions {
 pub struct GatewayHandle {
     pub addr: SocketAddr,
     pub admin_addr: SocketAddr,
+    /// Whether the data plane speaks TLS.
+    pub tls: bool,
     pub shared: Arc<Shared>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<std::io::Result<()>>>,
@@ -47,7 +49,8 @@ pub struct GatewayHandle {
 
 impl GatewayHandle {
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     pub fn admin_url(&self) -> String {
@@ -106,6 +109,12 @@ pub async fn start(
     log: RoutingLog,
     options: GatewayOptions,
 ) -> std::io::Result<GatewayHandle> {
+    let tls = config
+        .server
+        .tls
+        .as_ref()
+        .map(super::tls::acceptor)
+        .transpose()?;
     let listener = bind(options.listen.unwrap_or(config.server.listen)).await?;
     let admin_listener = bind(options.admin.unwrap_or(config.server.admin)).await?;
     let addr = listener.local_addr()?;
@@ -123,13 +132,23 @@ pub async fn start(
         reload: options.reload,
     });
     let (tx, rx) = watch::channel(false);
+    let data_plane = match &tls {
+        Some(acceptor) => super::tls::serve(
+            listener,
+            router(shared.clone()),
+            acceptor.clone(),
+            rx.clone(),
+        ),
+        None => serve(listener, router(shared.clone()), rx.clone()),
+    };
     let tasks = vec![
-        serve(listener, router(shared.clone()), rx.clone()),
+        data_plane,
         serve(admin_listener, crate::admin::router(shared.clone()), rx),
     ];
     Ok(GatewayHandle {
         addr,
         admin_addr,
+        tls: tls.is_some(),
         shared,
         shutdown: tx,
         tasks,

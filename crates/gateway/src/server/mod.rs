@@ -2,6 +2,7 @@
 
 mod lifecycle;
 mod respond;
+mod tls;
 
 pub use lifecycle::{start, GatewayHandle, GatewayOptions, ReloadFn};
 
@@ -78,6 +79,12 @@ pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/inference/v1/chat/completions", post(chat_completions))
+        .route("/v1/responses", post(responses))
+        .route("/inference/v1/responses", post(responses))
+        .route("/v1/messages", post(messages))
+        .route("/inference/v1/messages", post(messages))
+        .route("/model/{model_id}/{operation}", post(bedrock))
+        .route("/inference/model/{model_id}/{operation}", post(bedrock))
         .route("/v1/models", get(list_models))
         .route("/inference/v1/models", get(list_models))
         .route("/healthz", get(|| async { "ok" }))
@@ -136,11 +143,57 @@ fn auth_message(e: AuthError) -> &'static str {
 }
 
 async fn chat_completions(State(shared): State<Arc<Shared>>, req: Request) -> Response {
-    handle(shared, Dialect::OpenAiChat, req).await
+    handle(shared, Dialect::OpenAiChat, None, false, req).await
+}
+
+async fn responses(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    handle(shared, Dialect::OpenAiResponses, None, false, req).await
+}
+
+async fn messages(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    handle(shared, Dialect::AnthropicMessages, None, false, req).await
+}
+
+/// `/model/{modelId}/{operation}`: routed on the raw path so an ARN's `%2F` stays inside the id;
+/// the id is percent-decoded here (`:` and `%3A` both work).
+async fn bedrock(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    let raw = req.uri().path();
+    let rest = raw
+        .strip_prefix("/inference")
+        .unwrap_or(raw)
+        .strip_prefix("/model/")
+        .unwrap_or_default();
+    let (raw_id, operation) = rest.rsplit_once('/').unwrap_or((rest, ""));
+    let (dialect, stream) = match operation {
+        "invoke" => (Dialect::BedrockInvoke, false),
+        "invoke-with-response-stream" => (Dialect::BedrockInvoke, true),
+        "converse" => (Dialect::BedrockConverse, false),
+        "converse-stream" => (Dialect::BedrockConverse, true),
+        other => {
+            let msg = format!("unknown Bedrock operation `{other}`");
+            return respond::error_response(
+                Dialect::BedrockConverse,
+                GatewayErrorKind::NotFound,
+                &msg,
+                None,
+            );
+        }
+    };
+    let Some(model) = sidetrack_dialects::bedrock::decode_model_id(raw_id) else {
+        let msg = "the model id in the path is not valid percent-encoding";
+        return respond::error_response(dialect, GatewayErrorKind::InvalidRequest, msg, None);
+    };
+    handle(shared, dialect, Some(model), stream, req).await
 }
 
 /// The phases of one request (SPEC §5.1), top to bottom.
-async fn handle(shared: Arc<Shared>, dialect: Dialect, req: Request) -> Response {
+async fn handle(
+    shared: Arc<Shared>,
+    dialect: Dialect,
+    path_model: Option<String>,
+    path_stream: bool,
+    req: Request,
+) -> Response {
     // accept
     let rt = shared.runtime.load_full();
     let server = &rt.config.server;
@@ -171,11 +224,9 @@ async fn handle(shared: Arc<Shared>, dialect: Dialect, req: Request) -> Response
     if declared.is_some_and(|n| n > limit) {
         return ctx.reject(GatewayErrorKind::TooLarge, &too_large(limit), "tooLarge");
     }
-    let sticky_header = sticky_header_value(&rt.config, req.headers());
-    let body = match http_body_util::Limited::new(req.into_body(), limit)
-        .collect()
-        .await
-    {
+    let (parts, body) = req.into_parts();
+    let sticky_header = sticky_header_value(&rt.config, &parts.headers);
+    let body = match http_body_util::Limited::new(body, limit).collect().await {
         Ok(c) => c.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             return ctx.reject(GatewayErrorKind::TooLarge, &too_large(limit), "tooLarge")
@@ -190,16 +241,17 @@ async fn handle(shared: Arc<Shared>, dialect: Dialect, req: Request) -> Response
     };
 
     // parse
-    let parsed: ParsedRequest = match dialect.parse_request(body) {
-        Ok(p) => p,
-        Err(e) => {
-            return ctx.reject(
-                GatewayErrorKind::InvalidRequest,
-                &e.to_string(),
-                "invalidRequest",
-            )
-        }
-    };
+    let parsed: ParsedRequest =
+        match dialect.parse_request(body, path_model.as_deref(), path_stream) {
+            Ok(p) => p,
+            Err(e) => {
+                return ctx.reject(
+                    GatewayErrorKind::InvalidRequest,
+                    &e.to_string(),
+                    "invalidRequest",
+                )
+            }
+        };
     ctx.requested_model = Some(parsed.model.clone());
     ctx.streamed = parsed.stream;
     if !principal.may_use(&parsed.model) {
@@ -233,6 +285,8 @@ async fn handle(shared: Arc<Shared>, dialect: Dialect, req: Request) -> Response
         picker: &shared.picker,
         health: &shared.health,
         metrics: &shared.metrics,
+        caller_headers: &parts.headers,
+        request_id: &ctx.request_id,
     })
     .await;
 

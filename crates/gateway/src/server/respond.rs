@@ -185,6 +185,7 @@ impl RequestCtx {
             format!("servedViaFallbackHop:{hop}")
         };
 
+        let mut usage = None;
         let (mut resp, live) = match upstream {
             None => {
                 let (kind, msg) = match outcome.error_kind() {
@@ -204,6 +205,9 @@ impl RequestCtx {
                 (error_response(self.dialect, kind, &msg, None), None)
             }
             Some(Upstream::Buffered { parts, body }) => {
+                if parts.status.is_success() {
+                    usage = self.dialect.response_usage(&body);
+                }
                 let mut r = Response::new(Body::from(body));
                 *r.status_mut() = parts.status;
                 copy_headers(&parts.headers, r.headers_mut());
@@ -213,12 +217,12 @@ impl RequestCtx {
                 parts,
                 held,
                 rest,
-                scan,
+                pipe,
             }) => {
                 let mut r = Response::new(Body::empty());
                 *r.status_mut() = parts.status;
                 copy_headers(&parts.headers, r.headers_mut());
-                (r, Some((held, rest, scan)))
+                (r, Some((held, rest, pipe)))
             }
         };
         let status = resp.status().as_u16();
@@ -255,13 +259,17 @@ impl RequestCtx {
         rec.skipped = out.skipped;
         rec.committed = true;
         rec.ttft_ms = Some(ms(self.started.elapsed()));
+        rec.usage = usage.map(|u| UsageRecord {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+        });
 
         match live {
             None => {
                 self.finish(rec);
                 resp
             }
-            Some((held, rest, scan)) => {
+            Some((held, rest, pipe)) => {
                 let finish = Box::new(Finish {
                     shared: self.shared.clone(),
                     started: self.started,
@@ -269,7 +277,7 @@ impl RequestCtx {
                     health,
                     _in_flight: self.in_flight,
                 });
-                let body = RelayBody::new(held, rest, scan, self.dialect, deadline, finish);
+                let body = RelayBody::new(held, rest, pipe, self.dialect, deadline, finish);
                 let (parts, _) = resp.into_parts();
                 Response::from_parts(parts, Body::new(body))
             }

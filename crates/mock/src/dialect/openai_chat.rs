@@ -8,15 +8,36 @@ use http::Response;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{response, sse_data, with_retry_after, RenderContext};
+use super::{
+    json_bytes, messages_chars, non_empty_array, response, short_id, sse_data, with_retry_after,
+    RenderContext,
+};
 use crate::body::{self, MockBody, StreamEncoder};
-use crate::engine::{Ending, MockError, RequestFacts, Success, Usage};
+use crate::engine::{
+    Ending, MockError, RequestFacts, Success, ToolCall, Usage, DEFAULT_STREAM_ERROR_TYPE,
+};
 
 const REQUEST_ID_HEADER: &str = "x-request-id";
 const SERVICE_TIER: &str = "default";
 
-/// Reads `model`, `stream`, `stream_options.include_usage` and the prompt length.
+/// Reads `model`, `stream`, `stream_options.include_usage`, `tools` and the prompt length.
 pub fn parse_request(body: &[u8]) -> Result<(RequestFacts, Value), MockError> {
+    let (json, model) = parse_json_and_model(body)?;
+    let facts = RequestFacts {
+        model,
+        stream: json.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        include_stream_usage: json
+            .pointer("/stream_options/include_usage")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        prompt_chars: messages_chars(&json, "messages"),
+        has_tools: non_empty_array(json.get("tools")) || non_empty_array(json.get("functions")),
+    };
+    Ok((facts, json))
+}
+
+/// The body as JSON and its non-empty `model`, or OpenAI's 400 (Chat Completions and Responses).
+pub(crate) fn parse_json_and_model(body: &[u8]) -> Result<(Value, String), MockError> {
     let json: Value = serde_json::from_slice(body).map_err(|e| {
         invalid_request(format!(
             "We could not parse the JSON body of your request. (HINT: This likely means you \
@@ -32,35 +53,7 @@ pub fn parse_request(body: &[u8]) -> Result<(RequestFacts, Value), MockError> {
             ))
         }
     };
-    let facts = RequestFacts {
-        model,
-        stream: json.get("stream").and_then(Value::as_bool).unwrap_or(false),
-        include_stream_usage: json
-            .pointer("/stream_options/include_usage")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
-        prompt_chars: prompt_chars(&json),
-    };
-    Ok((facts, json))
-}
-
-/// Characters of text in `messages[].content` (a string, or parts with `text`).
-fn prompt_chars(json: &Value) -> usize {
-    let messages = json.get("messages").and_then(Value::as_array);
-    let text_len = |v: &Value| v.as_str().map_or(0, |s| s.chars().count());
-    messages
-        .into_iter()
-        .flatten()
-        .filter_map(|m| m.get("content"))
-        .map(|content| match content {
-            Value::Array(parts) => parts
-                .iter()
-                .filter_map(|p| p.get("text"))
-                .map(text_len)
-                .sum(),
-            other => text_len(other),
-        })
-        .sum()
+    Ok((json, model))
 }
 
 fn invalid_request(message: String) -> MockError {
@@ -71,9 +64,22 @@ fn invalid_request(message: String) -> MockError {
     }
 }
 
-/// `application/json` `chat.completion` object. `dropAfterChunks` sends the first half of it, then
-/// kills the connection.
+/// `application/json` `chat.completion` object (`message.tool_calls` and `finish_reason:
+/// "tool_calls"` for a tool call). `dropAfterChunks` sends the first half of it, then kills the
+/// connection.
 pub fn render_success(ctx: &RenderContext, success: &Success) -> Response<MockBody> {
+    let call_id = call_id(ctx);
+    let tool_calls = success.tool_call.as_ref().map(|t| {
+        [ToolCallBody {
+            index: None,
+            id: Some(&call_id),
+            r#type: Some("function"),
+            function: FunctionBody {
+                name: Some(&t.name),
+                arguments: &t.arguments,
+            },
+        }]
+    });
     let completion = Completion {
         id: &completion_id(ctx),
         object: "chat.completion",
@@ -83,12 +89,13 @@ pub fn render_success(ctx: &RenderContext, success: &Success) -> Response<MockBo
             index: 0,
             message: Message {
                 role: "assistant",
-                content: &success.reply,
+                content: tool_calls.is_none().then_some(success.reply.as_str()),
                 refusal: None,
                 annotations: [],
+                tool_calls,
             },
             logprobs: None,
-            finish_reason: "stop",
+            finish_reason: finish_reason(success),
         }],
         usage: UsageBody::from(success.usage),
         system_fingerprint: None,
@@ -117,6 +124,9 @@ pub fn render_stream(ctx: &RenderContext, success: &Success) -> Response<MockBod
         model: ctx.model.clone(),
         include_usage: ctx.include_stream_usage,
         usage: success.usage,
+        tool_call: success.tool_call.clone(),
+        call_id: call_id(ctx),
+        finish_reason: finish_reason(success),
     };
     let steps = body::stream_steps(&mut encoder, success);
     response(
@@ -197,7 +207,7 @@ fn error_defaults(status: u16, model: &str) -> (&'static str, Option<&'static st
     }
 }
 
-fn stream_error_message(error_type: &str) -> String {
+pub(crate) fn stream_error_message(error_type: &str) -> String {
     match error_type {
         "server_error" => {
             "The server had an error while processing your request. Sorry about that!".to_owned()
@@ -211,9 +221,16 @@ fn completion_id(ctx: &RenderContext) -> String {
     format!("chatcmpl-{}", ctx.unique)
 }
 
-/// Serializing these plain structs cannot fail; an empty object is a safe, visible fallback.
-fn json_bytes(value: &impl Serialize) -> Vec<u8> {
-    serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec())
+fn call_id(ctx: &RenderContext) -> String {
+    short_id("call_", ctx)
+}
+
+fn finish_reason(success: &Success) -> &'static str {
+    if success.tool_call.is_some() {
+        "tool_calls"
+    } else {
+        "stop"
+    }
 }
 
 struct ChunkEncoder {
@@ -222,6 +239,9 @@ struct ChunkEncoder {
     model: String,
     include_usage: bool,
     usage: Usage,
+    tool_call: Option<ToolCall>,
+    call_id: String,
+    finish_reason: &'static str,
 }
 
 impl ChunkEncoder {
@@ -254,25 +274,59 @@ impl ChunkEncoder {
 }
 
 impl StreamEncoder for ChunkEncoder {
+    /// The role chunk; for a tool call it also opens the call (id, name, empty arguments).
     fn preamble(&mut self) -> Vec<Bytes> {
-        let delta = Delta {
-            role: Some("assistant"),
-            content: Some(""),
-            refusal: Some(None),
+        let delta = match &self.tool_call {
+            None => Delta {
+                role: Some("assistant"),
+                content: Some(Some("")),
+                refusal: Some(None),
+                tool_calls: None,
+            },
+            Some(tool) => Delta {
+                role: Some("assistant"),
+                content: Some(None),
+                refusal: Some(None),
+                tool_calls: Some([ToolCallBody {
+                    index: Some(0),
+                    id: Some(&self.call_id),
+                    r#type: Some("function"),
+                    function: FunctionBody {
+                        name: Some(&tool.name),
+                        arguments: "",
+                    },
+                }]),
+            },
         };
         vec![self.delta_chunk(delta, None)]
     }
 
+    /// A content piece, or a piece of the tool call's arguments.
     fn content(&mut self, text: &str) -> Vec<Bytes> {
-        let delta = Delta {
-            content: Some(text),
-            ..Delta::default()
+        let delta = if self.tool_call.is_some() {
+            Delta {
+                tool_calls: Some([ToolCallBody {
+                    index: Some(0),
+                    id: None,
+                    r#type: None,
+                    function: FunctionBody {
+                        name: None,
+                        arguments: text,
+                    },
+                }]),
+                ..Delta::default()
+            }
+        } else {
+            Delta {
+                content: Some(Some(text)),
+                ..Delta::default()
+            }
         };
         vec![self.delta_chunk(delta, None)]
     }
 
     fn finish(&mut self) -> Vec<Bytes> {
-        let mut events = vec![self.delta_chunk(Delta::default(), Some("stop"))];
+        let mut events = vec![self.delta_chunk(Delta::default(), Some(self.finish_reason))];
         if self.include_usage {
             events.push(self.chunk(Vec::new(), Some(UsageBody::from(self.usage))));
         }
@@ -280,7 +334,8 @@ impl StreamEncoder for ChunkEncoder {
         events
     }
 
-    fn error(&mut self, error_type: &str) -> Vec<Bytes> {
+    fn error(&mut self, error_type: Option<&str>) -> Vec<Bytes> {
+        let error_type = error_type.unwrap_or(DEFAULT_STREAM_ERROR_TYPE);
         let body = ErrorEnvelope {
             error: ErrorBody {
                 message: &stream_error_message(error_type),
@@ -316,9 +371,31 @@ struct Choice<'a> {
 #[derive(Serialize)]
 struct Message<'a> {
     role: &'static str,
-    content: &'a str,
+    content: Option<&'a str>,
     refusal: Option<&'a str>,
     annotations: [(); 0],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<[ToolCallBody<'a>; 1]>,
+}
+
+/// One entry of `tool_calls`: complete in a message; in stream deltas `index` is set and `id`,
+/// `type`, `name` only in the first.
+#[derive(Serialize)]
+struct ToolCallBody<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    index: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    r#type: Option<&'static str>,
+    function: FunctionBody<'a>,
+}
+
+#[derive(Serialize)]
+struct FunctionBody<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    arguments: &'a str,
 }
 
 #[derive(Serialize)]
@@ -347,9 +424,11 @@ struct Delta<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    content: Option<&'a str>,
+    content: Option<Option<&'a str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     refusal: Option<Option<&'a str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<[ToolCallBody<'a>; 1]>,
 }
 
 #[derive(Serialize)]

@@ -203,3 +203,83 @@ pub async fn read_body(mut body: hyper::body::Incoming) -> (Vec<u8>, bool) {
     }
     (data, false)
 }
+
+pub const MESSAGES: &str = "/v1/messages";
+pub const RESPONSES: &str = "/v1/responses";
+
+/// `POST path` with a JSON body and extra headers on a fresh connection.
+pub async fn post_json(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> RawResponse {
+    RawConn::connect(addr)
+        .await
+        .send("POST", path, headers, &body.to_string())
+        .await
+}
+
+/// The SSE events of a body as `(event name, data)`: every event must have exactly one `event:`
+/// line followed by one `data:` line.
+pub fn sse_named_events(body: &[u8]) -> Vec<(String, Value)> {
+    let text = std::str::from_utf8(body).unwrap();
+    assert!(
+        text.is_empty() || text.ends_with("\n\n"),
+        "body ends mid-event: {text:?}"
+    );
+    text.split_terminator("\n\n")
+        .map(|event| {
+            let (name_line, data_line) = event.split_once('\n').expect("event + data lines");
+            let name = name_line.strip_prefix("event: ").expect("an event: line");
+            let data = data_line.strip_prefix("data: ").expect("a data: line");
+            assert!(!data.contains('\n'), "one data line: {event:?}");
+            (name.to_owned(), serde_json::from_str(data).unwrap())
+        })
+        .collect()
+}
+
+/// One decoded event-stream message: its string headers and JSON payload.
+#[derive(Debug, Clone)]
+pub struct EventFrame {
+    pub headers: HashMap<String, String>,
+    pub payload: Value,
+}
+
+impl EventFrame {
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .map_or_else(|| panic!("no header {name} in {self:?}"), String::as_str)
+    }
+}
+
+/// Decodes a whole `application/vnd.amazon.eventstream` body with aws-smithy-eventstream's
+/// incremental decoder (which checks both CRCs), fed in small slices like a network would.
+/// Returns the messages and the bytes left over (a partial frame).
+pub fn decode_event_stream(body: &[u8]) -> (Vec<EventFrame>, usize) {
+    use aws_smithy_eventstream::frame::{DecodedFrame, MessageFrameDecoder};
+    use bytes::{Buf, BytesMut};
+    let mut decoder = MessageFrameDecoder::new();
+    let mut buf = BytesMut::new();
+    let mut out = Vec::new();
+    for piece in body.chunks(7) {
+        buf.extend_from_slice(piece);
+        while let DecodedFrame::Complete(message) = decoder
+            .decode_frame(&mut buf)
+            .expect("valid frame and CRCs")
+        {
+            let headers = message
+                .headers()
+                .iter()
+                .map(|h| {
+                    let value = h.value().as_string().expect("string header");
+                    (h.name().as_str().to_owned(), value.as_str().to_owned())
+                })
+                .collect();
+            let payload = serde_json::from_slice(message.payload()).unwrap();
+            out.push(EventFrame { headers, payload });
+        }
+    }
+    (out, buf.remaining())
+}

@@ -1,0 +1,169 @@
+//! AWS Bedrock Runtime as caller dialects and as the provider format (SPEC §3, docs/bedrock.md).
+//!
+//! - [`converse`]: `/model/{modelId}/converse` and `/converse-stream` (the Converse API).
+//! - [`invoke`]: `/model/{modelId}/invoke` and `/invoke-with-response-stream` with the
+//!   Anthropic-on-Bedrock body (wire-formats.md §4.3).
+//! - [`eventstream`]: the binary `application/vnd.amazon.eventstream` framing both streams use.
+//!
+//! Bedrock requests carry the model in the path, not the body, and the path (not a `stream`
+//! flag) says whether the answer streams; [`parse_request`] takes both from the router.
+
+pub mod converse;
+pub mod errors;
+pub mod eventstream;
+pub mod invoke;
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use serde_json::value::RawValue;
+
+use crate::request::{Features, ParseError, ParsedRequest};
+use crate::Dialect;
+
+pub use errors::{normalize_error_code, parse_error, render_upstream_error, ERROR_TYPE_HEADER};
+pub use eventstream::CONTENT_TYPE as EVENT_STREAM_CONTENT_TYPE;
+
+/// The longest model identifier Bedrock accepts (`InvokeModelIdentifier`).
+pub const MAX_MODEL_ID_LEN: usize = 2048;
+
+/// Parses a Bedrock caller body. `model_id` is the decoded `{modelId}` path capture (see
+/// [`decode_model_id`]); `stream` is true for `/invoke-with-response-stream` and
+/// `/converse-stream`. The body must be a JSON object; it is kept byte-for-byte, and same-dialect
+/// forwarding sends [`ParsedRequest::body`] with the model in the path.
+pub fn parse_request(
+    dialect: Dialect,
+    model_id: &str,
+    body: Bytes,
+    stream: bool,
+) -> Result<ParsedRequest, ParseError> {
+    if model_id.trim().is_empty() {
+        return Err(ParseError::MissingModel);
+    }
+    if model_id.len() > MAX_MODEL_ID_LEN {
+        return Err(ParseError::BadField {
+            field: "modelId",
+            expected: "at most 2048 characters",
+        });
+    }
+    let text = std::str::from_utf8(&body).map_err(|e| ParseError::NotJson(e.to_string()))?;
+    let top: BTreeMap<Cow<'_, str>, &RawValue> = match serde_json::from_str(text) {
+        Ok(m) => m,
+        Err(e) if e.classify() == serde_json::error::Category::Data => {
+            return Err(ParseError::NotAnObject)
+        }
+        Err(e) => return Err(ParseError::NotJson(e.to_string())),
+    };
+    let present = |raw: Option<&&RawValue>| raw.is_some_and(|r| !matches!(r.get(), "null" | "[]"));
+    let tools = match dialect {
+        Dialect::BedrockConverse => top
+            .get("toolConfig")
+            .is_some_and(|raw| raw.get().contains("\"toolSpec\"")),
+        _ => present(top.get("tools")),
+    };
+    // Converse has no portable structured-output field; the Anthropic body's is `output_format`.
+    let json_schema = dialect == Dialect::BedrockInvoke && present(top.get("output_format"));
+    let features = Features {
+        tools,
+        json_schema,
+        estimated_prompt_tokens: (body.len() as u64) / 4,
+    };
+    drop(top);
+    Ok(ParsedRequest::with_path_model(
+        dialect,
+        model_id.to_owned(),
+        stream,
+        features,
+        body,
+    ))
+}
+
+/// Percent-decodes a raw `{modelId}` path segment (`%3A` → `:`, `%2F` → `/`). Route on the raw
+/// path first so `%2F` stays inside one segment. `None` for a bad escape or non-UTF-8 result.
+pub fn decode_model_id(raw: &str) -> Option<String> {
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3)?;
+            let hi = (hex[0] as char).to_digit(16)?;
+            let lo = (hex[1] as char).to_digit(16)?;
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Percent-encodes a model id for a path segment sent to AWS: everything but the RFC 3986
+/// unreserved characters (`A-Z a-z 0-9 - . _ ~`), as botocore does (`:` → `%3A`, `/` → `%2F`).
+pub fn encode_model_id(id: &str) -> String {
+    let mut out = String::with_capacity(id.len() + 8);
+    for b in id.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_ids_decode_and_encode_like_botocore() {
+        let arn = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-3-5-haiku-20241022-v1:0";
+        let encoded = encode_model_id(arn);
+        assert_eq!(
+            encoded,
+            "arn%3Aaws%3Abedrock%3Aus-east-1%3A123456789012%3Ainference-profile%2Fus.anthropic.claude-3-5-haiku-20241022-v1%3A0"
+        );
+        assert_eq!(decode_model_id(&encoded).as_deref(), Some(arn));
+        assert_eq!(
+            decode_model_id("us.anthropic.claude-v1:0").as_deref(),
+            Some("us.anthropic.claude-v1:0")
+        );
+        assert_eq!(decode_model_id("a%3a0").as_deref(), Some("a:0"));
+        assert_eq!(decode_model_id("bad%2"), None);
+        assert_eq!(decode_model_id("bad%zz"), None);
+        assert_eq!(decode_model_id("%FF"), None);
+    }
+
+    #[test]
+    fn parse_request_takes_model_and_stream_from_the_path() {
+        let body = Bytes::from_static(br#"{"messages":[{"role":"user","content":[{"text":"hi"}]}],"toolConfig":{"tools":[{"toolSpec":{"name":"f","inputSchema":{"json":{}}}}]}}"#);
+        let p = parse_request(
+            Dialect::BedrockConverse,
+            "amazon.nova-lite-v1:0",
+            body.clone(),
+            true,
+        )
+        .unwrap();
+        assert_eq!(p.model, "amazon.nova-lite-v1:0");
+        assert!(p.stream);
+        assert!(p.features.tools);
+        assert_eq!(p.body(), &body);
+        assert_eq!(
+            parse_request(Dialect::BedrockConverse, "", body, false).unwrap_err(),
+            ParseError::MissingModel
+        );
+        assert_eq!(
+            parse_request(
+                Dialect::BedrockInvoke,
+                "m",
+                Bytes::from_static(b"[]"),
+                false
+            )
+            .unwrap_err(),
+            ParseError::NotAnObject
+        );
+    }
+}

@@ -1,0 +1,219 @@
+//! Dispatch by dialect: the one place that knows which module speaks which format. The gateway
+//! calls these; each forwards to the function of the same name in the dialect's module.
+
+use bytes::Bytes;
+
+use crate::bedrock::{converse, invoke};
+use crate::canonical::{ChatRequest, ChatResponse, StreamEvent, TranslateError};
+use crate::sse::SseEvent;
+use crate::{anthropic_messages, bedrock, openai_chat, openai_responses};
+use crate::{Dialect, GatewayErrorKind, ParseError, ParsedRequest, RenderedError, Usage};
+
+/// Provider bytes of one format → canonical stream events.
+pub trait Decode: Send {
+    fn push(&mut self, bytes: &[u8]) -> Vec<StreamEvent>;
+}
+
+/// Canonical stream events → caller bytes of one format.
+pub trait Encode: Send {
+    fn encode(&mut self, ev: &StreamEvent) -> Bytes;
+}
+
+macro_rules! codec_impls {
+    ($($m:ident),*) => {$(
+        impl Decode for $m::StreamDecoder {
+            fn push(&mut self, bytes: &[u8]) -> Vec<StreamEvent> {
+                $m::StreamDecoder::push(self, bytes)
+            }
+        }
+        impl Encode for $m::StreamEncoder {
+            fn encode(&mut self, ev: &StreamEvent) -> Bytes {
+                $m::StreamEncoder::encode(self, ev)
+            }
+        }
+    )*};
+}
+
+codec_impls!(
+    openai_chat,
+    openai_responses,
+    anthropic_messages,
+    converse,
+    invoke
+);
+
+impl Dialect {
+    /// Parses a caller body. Bedrock dialects take the model from the path (`path_model`) and the
+    /// streaming choice from the operation (`path_stream`); the others read both from the body.
+    pub fn parse_request(
+        self,
+        body: Bytes,
+        path_model: Option<&str>,
+        path_stream: bool,
+    ) -> Result<ParsedRequest, ParseError> {
+        match self {
+            Dialect::BedrockInvoke | Dialect::BedrockConverse => {
+                bedrock::parse_request(self, path_model.unwrap_or_default(), body, path_stream)
+            }
+            _ => ParsedRequest::parse_json_top(self, body),
+        }
+    }
+
+    /// The caller body in the canonical form.
+    pub fn to_canonical(self, req: &ParsedRequest) -> Result<ChatRequest, TranslateError> {
+        match self {
+            Dialect::OpenAiChat => openai_chat::to_canonical(req),
+            Dialect::OpenAiResponses => openai_responses::to_canonical(req),
+            Dialect::AnthropicMessages => anthropic_messages::to_canonical(req),
+            Dialect::BedrockInvoke => invoke::to_canonical(req),
+            Dialect::BedrockConverse => converse::to_canonical(req),
+        }
+    }
+
+    /// A canonical request as a body in this format.
+    pub fn request_body(self, req: &ChatRequest) -> Result<Bytes, TranslateError> {
+        match self {
+            Dialect::OpenAiChat => openai_chat::request_body(req),
+            Dialect::OpenAiResponses => openai_responses::request_body(req),
+            Dialect::AnthropicMessages => anthropic_messages::request_body(req),
+            Dialect::BedrockInvoke => invoke::request_body(req),
+            Dialect::BedrockConverse => converse::request_body(req),
+        }
+    }
+
+    pub fn parse_response(self, body: &[u8]) -> Result<ChatResponse, TranslateError> {
+        match self {
+            Dialect::OpenAiChat => openai_chat::parse_response(body),
+            Dialect::OpenAiResponses => openai_responses::parse_response(body),
+            Dialect::AnthropicMessages => anthropic_messages::parse_response(body),
+            Dialect::BedrockInvoke => invoke::parse_response(body),
+            Dialect::BedrockConverse => converse::parse_response(body),
+        }
+    }
+
+    pub fn render_response(self, resp: &ChatResponse) -> Bytes {
+        match self {
+            Dialect::OpenAiChat => openai_chat::render_response(resp),
+            Dialect::OpenAiResponses => openai_responses::render_response(resp),
+            Dialect::AnthropicMessages => anthropic_messages::render_response(resp),
+            Dialect::BedrockInvoke => invoke::render_response(resp),
+            Dialect::BedrockConverse => converse::render_response(resp),
+        }
+    }
+
+    pub fn response_usage(self, body: &[u8]) -> Option<Usage> {
+        match self {
+            Dialect::OpenAiChat => openai_chat::response_usage(body),
+            Dialect::OpenAiResponses => openai_responses::response_usage(body),
+            Dialect::AnthropicMessages => anthropic_messages::response_usage(body),
+            Dialect::BedrockInvoke => invoke::response_usage(body),
+            Dialect::BedrockConverse => converse::response_usage(body),
+        }
+    }
+
+    pub fn stream_decoder(self) -> Box<dyn Decode> {
+        match self {
+            Dialect::OpenAiChat => Box::new(openai_chat::StreamDecoder::new()),
+            Dialect::OpenAiResponses => Box::new(openai_responses::StreamDecoder::new()),
+            Dialect::AnthropicMessages => Box::new(anthropic_messages::StreamDecoder::new()),
+            Dialect::BedrockInvoke => Box::new(invoke::StreamDecoder::new()),
+            Dialect::BedrockConverse => Box::new(converse::StreamDecoder::new()),
+        }
+    }
+
+    pub fn stream_encoder(self, id: &str, model: &str) -> Box<dyn Encode> {
+        match self {
+            Dialect::OpenAiChat => Box::new(openai_chat::StreamEncoder::new(id, model)),
+            Dialect::OpenAiResponses => Box::new(openai_responses::StreamEncoder::new(id, model)),
+            Dialect::AnthropicMessages => {
+                Box::new(anthropic_messages::StreamEncoder::new(id, model))
+            }
+            Dialect::BedrockInvoke => Box::new(invoke::StreamEncoder::new(id, model)),
+            Dialect::BedrockConverse => Box::new(converse::StreamEncoder::new(id, model)),
+        }
+    }
+
+    /// Whether this format's streams are server-sent events (else: the Bedrock event stream).
+    pub fn is_sse(self) -> bool {
+        !matches!(self, Dialect::BedrockInvoke | Dialect::BedrockConverse)
+    }
+
+    /// The content type of this format's streams.
+    pub fn stream_content_type(self) -> &'static str {
+        if self.is_sse() {
+            "text/event-stream"
+        } else {
+            bedrock::EVENT_STREAM_CONTENT_TYPE
+        }
+    }
+
+    /// What one SSE event means for the commit decision (SSE formats only).
+    pub fn classify_sse_event(self, ev: &SseEvent) -> crate::StreamEvent {
+        match self {
+            Dialect::OpenAiResponses => openai_responses::classify_stream_event(ev),
+            Dialect::AnthropicMessages => anthropic_messages::classify_stream_event(ev),
+            _ => openai_chat::classify_stream_event(ev),
+        }
+    }
+
+    /// A gateway-made error in this dialect's shape (SPEC §6.3).
+    pub fn render_error(self, kind: GatewayErrorKind, message: &str) -> RenderedError {
+        match self {
+            Dialect::OpenAiChat => openai_chat::render_error(kind, message),
+            Dialect::OpenAiResponses => openai_responses::render_error(kind, message),
+            Dialect::AnthropicMessages => anthropic_messages::render_error(kind, message),
+            Dialect::BedrockInvoke => invoke::render_error(kind, message),
+            Dialect::BedrockConverse => converse::render_error(kind, message),
+        }
+    }
+
+    /// The frame that ends a committed stream after an upstream failure (SPEC §5.6).
+    pub fn render_stream_error(self, message: &str) -> Bytes {
+        match self {
+            Dialect::OpenAiChat => openai_chat::render_stream_error(message),
+            Dialect::OpenAiResponses => openai_responses::render_stream_error(message),
+            Dialect::AnthropicMessages => anthropic_messages::render_stream_error(message),
+            Dialect::BedrockInvoke => invoke::render_stream_error(message),
+            Dialect::BedrockConverse => converse::render_stream_error(message),
+        }
+    }
+
+    /// A provider error of this format → (error type, message). `error_type_header` is Bedrock's
+    /// `x-amzn-ErrorType`.
+    pub fn parse_error(
+        self,
+        status: u16,
+        error_type_header: Option<&str>,
+        body: &[u8],
+    ) -> (String, String) {
+        match self {
+            Dialect::OpenAiChat => openai_chat::parse_error(status, body),
+            Dialect::OpenAiResponses => openai_responses::parse_error(status, body),
+            Dialect::AnthropicMessages => anthropic_messages::parse_error(status, body),
+            Dialect::BedrockInvoke | Dialect::BedrockConverse => {
+                bedrock::parse_error(status, error_type_header, body)
+            }
+        }
+    }
+
+    /// A translated upstream error in this dialect (status preserved, type mapped).
+    pub fn render_upstream_error(
+        self,
+        status: u16,
+        error_type: &str,
+        message: &str,
+    ) -> RenderedError {
+        match self {
+            Dialect::OpenAiChat => openai_chat::render_upstream_error(status, error_type, message),
+            Dialect::OpenAiResponses => {
+                openai_responses::render_upstream_error(status, error_type, message)
+            }
+            Dialect::AnthropicMessages => {
+                anthropic_messages::render_upstream_error(status, error_type, message)
+            }
+            Dialect::BedrockInvoke | Dialect::BedrockConverse => {
+                bedrock::render_upstream_error(status, error_type, message)
+            }
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! Carries one upstream stream to the caller: bytes in the upstream's format go in, bytes in the
+//! caller's format come out, and what the stream has said so far (content, end, error, usage) is
+//! kept for the commit decision and the routing log.
+//!
+//! Three ways through, chosen once per attempt:
+//! - OpenAI chat to OpenAI chat: bytes pass unchanged; a cheap SSE classifier watches them (the hot
+//!   path, no JSON tree per chunk).
+//! - Same format otherwise: bytes pass unchanged; the format's canonical decoder watches them.
+//! - Different formats: the upstream decoder turns bytes into canonical events and the caller's
+//!   encoder renders them, event by event (no whole-response buffering).
+
+use bytes::{Bytes, BytesMut};
+use sidetrack_dialects::canonical::StreamEvent as Event;
+use sidetrack_dialects::sse::SseDecoder;
+use sidetrack_dialects::translate::{Decode, Encode};
+use sidetrack_dialects::{openai_chat, Dialect, StreamEvent, Usage};
+
+/// What a stream has said so far.
+#[derive(Debug, Default, Clone)]
+pub struct StreamState {
+    /// A content-bearing event (text, tool call, refusal, finish) has been seen.
+    pub seen_content: bool,
+    /// The stream's explicit end has been seen (`[DONE]`, `message_stop`, `messageStop`, …).
+    pub seen_done: bool,
+    /// The first in-stream error: the status its type stands for, and the type.
+    pub error: Option<(u16, String)>,
+    pub usage: Option<Usage>,
+}
+
+pub struct Pipe {
+    caller: Dialect,
+    way: Way,
+    state: StreamState,
+}
+
+enum Way {
+    ChatPassthrough(SseDecoder),
+    Watched(Box<dyn Decode>),
+    Translated {
+        decoder: Box<dyn Decode>,
+        encoder: Box<dyn Encode>,
+    },
+}
+
+impl Pipe {
+    /// A pipe from an upstream speaking `upstream` to a caller speaking `caller`. `id` and `model`
+    /// name the message in a translated stream.
+    pub fn new(upstream: Dialect, caller: Dialect, id: &str, model: &str) -> Pipe {
+        let way = if upstream == caller {
+            match upstream {
+                Dialect::OpenAiChat => Way::ChatPassthrough(SseDecoder::new()),
+                other => Way::Watched(other.stream_decoder()),
+            }
+        } else {
+            Way::Translated {
+                decoder: upstream.stream_decoder(),
+                encoder: caller.stream_encoder(id, model),
+            }
+        };
+        Pipe {
+            caller,
+            way,
+            state: StreamState::default(),
+        }
+    }
+
+    pub fn state(&self) -> &StreamState {
+        &self.state
+    }
+
+    /// Takes upstream bytes; returns the bytes for the caller.
+    pub fn feed(&mut self, chunk: Bytes) -> Bytes {
+        match &mut self.way {
+            Way::ChatPassthrough(decoder) => {
+                decoder.push(&chunk);
+                while let Some(ev) = decoder.next_event() {
+                    if let Some(u) = openai_chat::stream_event_usage(&ev) {
+                        self.state.usage = Some(u);
+                    }
+                    classified(&mut self.state, openai_chat::classify_stream_event(&ev));
+                }
+                chunk
+            }
+            Way::Watched(decoder) => {
+                for ev in decoder.push(&chunk) {
+                    watched(&mut self.state, &ev);
+                }
+                chunk
+            }
+            Way::Translated { decoder, encoder } => {
+                let mut out = BytesMut::new();
+                for ev in decoder.push(&chunk) {
+                    watched(&mut self.state, &ev);
+                    out.extend_from_slice(&encoder.encode(&ev));
+                }
+                out.freeze()
+            }
+        }
+    }
+
+    /// The bytes that end the caller's stream with an explicit error after an upstream failure —
+    /// `None` when the caller already received the upstream's own error event.
+    pub fn error_tail(&mut self, message: &str) -> Option<Bytes> {
+        if self.state.error.is_some() {
+            return None;
+        }
+        self.state.error = Some((502, "api_error".into()));
+        match &mut self.way {
+            Way::Translated { encoder, .. } => Some(encoder.encode(&Event::Error {
+                status: 502,
+                error_type: "api_error".into(),
+                message: message.to_owned(),
+            })),
+            _ => Some(self.caller.render_stream_error(message)),
+        }
+    }
+}
+
+fn classified(state: &mut StreamState, meaning: StreamEvent) {
+    match meaning {
+        StreamEvent::Content => state.seen_content = true,
+        StreamEvent::Done => state.seen_done = true,
+        StreamEvent::Error {
+            status, error_type, ..
+        } => {
+            state.error.get_or_insert((status, error_type));
+        }
+        StreamEvent::Preamble | StreamEvent::Metadata => {}
+    }
+}
+
+fn watched(state: &mut StreamState, ev: &Event) {
+    match ev {
+        Event::TextDelta { .. } | Event::ToolCallStart { .. } | Event::ToolCallDelta { .. } => {
+            state.seen_content = true;
+        }
+        Event::Stop { usage, .. } => {
+            state.seen_content = true;
+            state.seen_done = true;
+            if usage.is_some() {
+                state.usage = *usage;
+            }
+        }
+        Event::Usage(u) => state.usage = Some(*u),
+        Event::Error {
+            status, error_type, ..
+        } => {
+            state.error.get_or_insert((*status, error_type.clone()));
+        }
+        Event::Start { .. } | Event::BlockStop { .. } => {}
+    }
+}

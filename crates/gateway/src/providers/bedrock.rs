@@ -1,0 +1,144 @@
+//! `provider: bedrock` — Bedrock Runtime (Converse, or InvokeModel when the caller speaks it).
+//! Auth: the target's `apiKey` or `AWS_BEARER_TOKEN_BEDROCK` as a bearer token (Bedrock API keys);
+//! otherwise SigV4 with `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` / `AWS_SESSION_TOKEN`.
+
+use std::time::SystemTime;
+
+use aws_credential_types::Credentials;
+use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
+use aws_sigv4::sign::v4;
+use aws_smithy_runtime_api::client::identity::Identity;
+use bytes::Bytes;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use http::HeaderValue;
+use http_body_util::Full;
+use sidetrack_dialects::Dialect;
+
+use super::{finish, post, secret_header, BuildError, Outbound};
+
+/// Percent-encodes a model id for the path as botocore does (everything but unreserved characters),
+/// so `:` becomes `%3A` and an ARN's `/` becomes `%2F`.
+pub fn encode_model_id(id: &str) -> String {
+    let mut out = String::with_capacity(id.len() * 3);
+    for b in id.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+pub fn request(out: Outbound<'_>) -> Result<http::Request<Full<Bytes>>, BuildError> {
+    let op = match (out.format, out.stream) {
+        (Dialect::BedrockInvoke, false) => "invoke",
+        (Dialect::BedrockInvoke, true) => "invoke-with-response-stream",
+        (_, false) => "converse",
+        (_, true) => "converse-stream",
+    };
+    let url = format!(
+        "{}/model/{}/{op}",
+        out.target.base_url,
+        encode_model_id(out.model)
+    );
+    let mut b =
+        post(url.clone()).header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    b = b.header(
+        ACCEPT,
+        HeaderValue::from_static(if out.stream {
+            "application/vnd.amazon.eventstream"
+        } else {
+            "application/json"
+        }),
+    );
+    let bearer = out
+        .target
+        .api_key
+        .as_ref()
+        .map(|k| k.expose().to_owned())
+        .or_else(|| {
+            std::env::var("AWS_BEARER_TOKEN_BEDROCK")
+                .ok()
+                .filter(|t| !t.is_empty())
+        });
+    if let Some(token) = bearer {
+        b = b.header(
+            AUTHORIZATION,
+            secret_header(out.target, format!("Bearer {token}"))?,
+        );
+        return finish(out.target, b, out.body);
+    }
+    let mut req = finish(out.target, b, out.body.clone())?;
+    sign_v4(
+        &mut req,
+        &out.body,
+        out.target.region.as_deref().unwrap_or("us-east-1"),
+        &out.target.name,
+    )?;
+    Ok(req)
+}
+
+fn env_credentials(target: &str) -> Result<Identity, BuildError> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let (Some(id), Some(secret)) = (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY")) else {
+        return Err(BuildError(format!(
+            "target `{target}`: no Bedrock credentials (set apiKey, AWS_BEARER_TOKEN_BEDROCK, or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)"
+        )));
+    };
+    Ok(Credentials::new(id, secret, var("AWS_SESSION_TOKEN"), None, "environment").into())
+}
+
+/// Signs the request in place with SigV4 (service `bedrock`).
+fn sign_v4(
+    req: &mut http::Request<Full<Bytes>>,
+    body: &[u8],
+    region: &str,
+    target: &str,
+) -> Result<(), BuildError> {
+    let fail = |e: &dyn std::fmt::Display| {
+        BuildError(format!("target `{target}`: SigV4 signing failed: {e}"))
+    };
+    let identity = env_credentials(target)?;
+    let params = v4::SigningParams::builder()
+        .identity(&identity)
+        .region(region)
+        .name("bedrock")
+        .time(SystemTime::now())
+        .settings(SigningSettings::default())
+        .build()
+        .map_err(|e| fail(&e))?
+        .into();
+    let uri = req.uri().to_string();
+    let headers = req
+        .headers()
+        .iter()
+        .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)));
+    let signable = SignableRequest::new(
+        req.method().as_str(),
+        &uri,
+        headers,
+        SignableBody::Bytes(body),
+    )
+    .map_err(|e| fail(&e))?;
+    let (instructions, _signature) = sign(signable, &params).map_err(|e| fail(&e))?.into_parts();
+    instructions.apply_to_request_http1x(req);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::encode_model_id;
+
+    #[test]
+    fn model_ids_are_encoded_like_botocore() {
+        assert_eq!(
+            encode_model_id("us.anthropic.claude-haiku-4-5-v1:0"),
+            "us.anthropic.claude-haiku-4-5-v1%3A0"
+        );
+        assert_eq!(
+            encode_model_id("arn:aws:bedrock:us-east-1:1:inference-profile/x"),
+            "arn%3Aaws%3Abedrock%3Aus-east-1%3A1%3Ainference-profile%2Fx"
+        );
+    }
+}
