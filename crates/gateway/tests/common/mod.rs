@@ -173,15 +173,20 @@ pub fn python() -> PathBuf {
 
 /// Runs `tests/sdk/<script>` with args; returns its JSON stdout.
 pub async fn run_sdk(script: &str, args: &[&str]) -> serde_json::Value {
+    run_sdk_env(script, args, &[]).await
+}
+
+/// Like [`run_sdk`], with extra environment variables for the script.
+pub async fn run_sdk_env(script: &str, args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/sdk")
         .join(script);
-    let out = tokio::process::Command::new(python())
-        .arg(path)
-        .args(args)
-        .output()
-        .await
-        .unwrap();
+    let mut cmd = tokio::process::Command::new(python());
+    cmd.arg(path).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().await.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
