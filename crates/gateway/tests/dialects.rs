@@ -95,8 +95,8 @@ async fn anthropic_sdk_sees_rate_limits_and_mid_stream_errors_as_its_own_errors(
         "raised from an in-stream error event"
     );
     assert_eq!(
-        out["text"], "one two ",
-        "content before the error reached the caller"
+        out["text"], "one two t",
+        "the two chunks sent before the error reached the caller"
     );
     assert!(env.record(2).await.mid_stream_error);
 }
