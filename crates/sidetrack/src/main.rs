@@ -181,13 +181,6 @@ fn unsupported(cfg: &Config) -> Vec<&'static str> {
     {
         out.push("auth.keys[].limits (gateway rate limits)");
     }
-    if cfg
-        .targets
-        .iter()
-        .any(|t| t.provider != sidetrack_config::ProviderKind::OpenAi)
-    {
-        out.push("targets with provider anthropic or bedrock");
-    }
     out
 }
 
