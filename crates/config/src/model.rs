@@ -114,6 +114,10 @@ pub struct State {
 pub struct Redis {
     pub url: String,
     pub key_prefix: String, // default "sidetrack:"
+    /// Longest wait for one Redis call before serving on local state (default 50 ms, 1..=5000).
+    pub budget: std::time::Duration,
+    /// How often each replica pulls the shared breaker states (default 250 ms, 10..=60000).
+    pub sync_interval: std::time::Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

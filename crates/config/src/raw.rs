@@ -79,6 +79,8 @@ pub(crate) struct RawState {
 pub(crate) struct RawRedis {
     pub url: String,
     pub key_prefix: Option<String>,
+    pub budget_milliseconds: Option<u64>,
+    pub sync_milliseconds: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

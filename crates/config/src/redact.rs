@@ -19,6 +19,8 @@ impl Config {
                 "redis": s.redis.as_ref().map(|r| json!({
                     "url": redact_url_password(&r.url),
                     "keyPrefix": r.key_prefix,
+                    "budgetMilliseconds": r.budget.as_millis() as u64,
+                    "syncMilliseconds": r.sync_interval.as_millis() as u64,
                 })),
             })),
             "targets": self.targets.iter().map(target).collect::<Vec<_>>(),

@@ -18,6 +18,8 @@ pub struct Principal {
     pub name: String,
     /// Model allow-list globs; `None` = any model.
     pub models: Option<Vec<String>>,
+    /// Gateway rate limits for this principal.
+    pub limits: Option<sidetrack_config::Limits>,
 }
 
 impl Principal {
@@ -25,6 +27,7 @@ impl Principal {
         Principal {
             name: ANONYMOUS.to_owned(),
             models: None,
+            limits: None,
         }
     }
 
@@ -66,6 +69,7 @@ impl KeyTable {
                     Principal {
                         name: k.principal.clone(),
                         models: k.models.clone(),
+                        limits: k.limits,
                     },
                 )
             })

@@ -17,6 +17,7 @@ pub mod engine;
 pub mod explain;
 pub mod glob;
 pub mod health;
+pub mod limits;
 pub mod observe;
 pub mod providers;
 pub mod routing;

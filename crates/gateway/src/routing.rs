@@ -222,6 +222,25 @@ pub fn resolve<'a>(cfg: &'a Config, input: &RouteInput<'_>, picker: &Picker) -> 
     default_route(cfg, input.model, picker)
 }
 
+/// A rule that routes this model but whose `matchPrincipals` excludes the principal: such a
+/// request is refused (403) rather than sent on by default routing, so a rule's principal list
+/// cannot be bypassed through a target that also lists the model.
+pub fn denied_by<'a>(
+    cfg: &'a Config,
+    model: &str,
+    principal: &str,
+) -> Option<&'a sidetrack_config::Rule> {
+    cfg.rules.iter().find(|rule| {
+        rule.match_models
+            .as_ref()
+            .is_none_or(|m| matcher_matches(m, model))
+            && rule
+                .match_principals
+                .as_ref()
+                .is_some_and(|m| !matcher_matches(m, principal))
+    })
+}
+
 /// The first rule (ascending priority) whose conditions all match.
 pub fn find_rule<'a>(
     cfg: &'a Config,

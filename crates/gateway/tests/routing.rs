@@ -84,10 +84,17 @@ async fn match_principals_selects_the_rule_and_the_pinned_model_is_sent() {
     );
     assert_eq!(rec.principal, "team-a");
 
-    // team-b does not match the rule's principals: default routing to alpha.
+    // team-b is outside the rule's principals: refused, not sent on by default routing (alpha
+    // also lists gpt-*), so the rule's principal list cannot be bypassed.
     let r = chat_as(&env, "key-b", "gpt-4o").await;
-    assert_eq!(r.header("x-sidetrack-served-by"), Some("alpha/gpt-4o"));
+    assert_eq!(r.status, 403);
+    assert_eq!(r.json()["error"]["type"], "permission_error");
     let rec = env.record(2).await;
+    assert_eq!(rec.reason, "gatewayRejected:principalNotAllowed");
+    // A model no principal-restricted rule covers still goes by default routing.
+    let r = chat_as(&env, "key-b", "gpt-3").await;
+    assert_eq!(r.header("x-sidetrack-served-by"), Some("alpha/gpt-3"));
+    let rec = env.record(3).await;
     assert_eq!((rec.rule_name, rec.match_type), (None, Some("DEFAULT")));
 }
 
@@ -146,7 +153,7 @@ async fn inference_prefix_serves_the_same_api() {
         .post(
             "/inference/v1/chat/completions",
             serde_json::json!({"model": "gpt-4o", "messages": []}),
-            &[("authorization", "Bearer key-b")],
+            &[("authorization", "Bearer key-a")],
         )
         .await;
     assert_eq!(r.status, 200);

@@ -180,6 +180,8 @@ pub enum TripReason {
     Reset,
     /// The open period ended; probing starts.
     OpenElapsed,
+    /// Another replica changed the shared state (SPEC §10); this one adopted it.
+    Shared,
 }
 
 impl fmt::Display for TripReason {
@@ -202,6 +204,7 @@ impl fmt::Display for TripReason {
             }
             TripReason::Reset => f.write_str("reset"),
             TripReason::OpenElapsed => f.write_str("open period elapsed"),
+            TripReason::Shared => f.write_str("state shared by another replica"),
         }
     }
 }
@@ -223,6 +226,32 @@ impl fmt::Display for Transition {
             write!(f, " for {d:?}")?;
         }
         write!(f, ": {}", self.reason)
+    }
+}
+
+/// The part of a breaker that replicas share through a state store (SPEC §10). Times are Unix
+/// milliseconds so they mean the same on every host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedBreaker {
+    pub state: SharedKind,
+    pub consecutive_failures: u32,
+    pub reopens: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedKind {
+    Closed,
+    Open { until_unix_ms: u64 },
+    HalfOpen { successes: u32 },
+}
+
+impl Default for SharedBreaker {
+    fn default() -> Self {
+        SharedBreaker {
+            state: SharedKind::Closed,
+            consecutive_failures: 0,
+            reopens: 0,
+        }
     }
 }
 
@@ -473,6 +502,69 @@ impl Breaker {
     /// exponent of the current or next open period.
     pub fn reopen_count(&self) -> u32 {
         self.reopens
+    }
+
+    /// The shareable part of the state. `now`/`now_unix_ms` are the same moment on the two clocks.
+    pub fn export(&self, now: Instant, now_unix_ms: u64) -> SharedBreaker {
+        let state = match self.state {
+            BreakerState::Closed => SharedKind::Closed,
+            BreakerState::Open { until } => SharedKind::Open {
+                until_unix_ms: now_unix_ms.saturating_add(
+                    u64::try_from(until.saturating_duration_since(now).as_millis())
+                        .unwrap_or(u64::MAX),
+                ),
+            },
+            BreakerState::HalfOpen { successes, .. } => SharedKind::HalfOpen { successes },
+        };
+        SharedBreaker {
+            state,
+            consecutive_failures: self.consecutive_failures,
+            reopens: self.reopens,
+        }
+    }
+
+    /// Adopts a shared state. A local probe in flight stays in flight when the shared state is
+    /// half-open too. Returns the transition when the state kind changed.
+    pub fn adopt(
+        &mut self,
+        shared: &SharedBreaker,
+        now: Instant,
+        now_unix_ms: u64,
+    ) -> Option<Transition> {
+        self.consecutive_failures = shared.consecutive_failures;
+        self.reopens = shared.reopens;
+        let to = match shared.state {
+            SharedKind::Closed => BreakerState::Closed,
+            SharedKind::Open { until_unix_ms } => BreakerState::Open {
+                until: deadline(
+                    now,
+                    Duration::from_millis(until_unix_ms.saturating_sub(now_unix_ms)),
+                ),
+            },
+            SharedKind::HalfOpen { successes } => BreakerState::HalfOpen {
+                successes,
+                probe_in_flight: matches!(
+                    self.state,
+                    BreakerState::HalfOpen {
+                        probe_in_flight: true,
+                        ..
+                    }
+                ),
+            },
+        };
+        let changed = self.state.as_str() != to.as_str();
+        if !changed {
+            self.state = to;
+            return None;
+        }
+        if to == BreakerState::Closed {
+            self.health = self.config.restored_health();
+        }
+        let open_for = match to {
+            BreakerState::Open { until } => Some(until.saturating_duration_since(now)),
+            _ => None,
+        };
+        Some(self.move_to(to, TripReason::Shared, open_for))
     }
 
     fn is_current_probe(&self, probe: Option<Probe>) -> bool {
@@ -996,5 +1088,46 @@ mod tests {
             ..BreakerConfig::default()
         });
         assert!(b.on_failure(t0, None, Some(Duration::MAX)).is_some());
+    }
+}
+
+#[cfg(test)]
+mod shared_tests {
+    use super::*;
+
+    #[test]
+    fn export_then_adopt_carries_the_state_across_clocks() {
+        let cfg = BreakerConfig::default();
+        let t0 = Instant::now();
+        let mut a = Breaker::new(cfg.clone());
+        for _ in 0..5 {
+            a.on_failure(t0, None, None);
+        }
+        let shared = a.export(t0, 1_000_000);
+        assert_eq!(
+            shared.state,
+            SharedKind::Open {
+                until_unix_ms: 1_030_000
+            }
+        );
+        assert_eq!(shared.consecutive_failures, 5);
+
+        // Another replica, whose monotonic clock started elsewhere, 10 s later in wall time.
+        let t1 = Instant::now();
+        let mut b = Breaker::new(cfg);
+        let t = b.adopt(&shared, t1, 1_010_000).unwrap();
+        assert_eq!(t.reason, TripReason::Shared);
+        assert_eq!(b.open_until(), Some(t1 + Duration::from_millis(20_000)));
+        assert_eq!(
+            b.adopt(&shared, t1, 1_010_000),
+            None,
+            "no change, no transition"
+        );
+        let closed = SharedBreaker::default();
+        assert_eq!(
+            b.adopt(&closed, t1, 1_010_000).map(|t| t.to),
+            Some(BreakerState::Closed)
+        );
+        assert_eq!(b.consecutive_failures(), 0);
     }
 }

@@ -11,8 +11,8 @@ mod retry_after;
 mod triggers;
 
 pub use breaker::{
-    Admission, Breaker, BreakerConfig, BreakerState, Probe, Transition, TripReason, HEALTH_ALPHA,
-    HEALTH_MAX,
+    Admission, Breaker, BreakerConfig, BreakerState, Probe, SharedBreaker, SharedKind, Transition,
+    TripReason, HEALTH_ALPHA, HEALTH_MAX,
 };
 pub use condition::{ConditionInput, UnhealthyCondition};
 pub use outcome::{ErrorKind, Outcome};

@@ -29,6 +29,11 @@ enum Command {
         /// Config file (else $SIDETRACK_CONFIG, else ./sidetrack.yaml).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// On SIGTERM/SIGINT, keep accepting for this long while /readyz answers 503 (for load
+        /// balancers that poll readiness), then close the listeners and drain. Counts against
+        /// server.shutdownGraceMilliseconds. Default 0: close at once.
+        #[arg(long, default_value_t = 0, value_name = "MS")]
+        drain_delay_milliseconds: u64,
     },
     /// Built-in mock providers + a gateway + a narrated run; then keeps serving until Ctrl-C.
     Demo {
@@ -78,7 +83,13 @@ fn main() -> ExitCode {
             principal,
             dialect,
         } => explain(&config, &model, &principal, &dialect),
-        Command::Serve { config } => with_runtime(serve(config)),
+        Command::Serve {
+            config,
+            drain_delay_milliseconds,
+        } => with_runtime(serve(
+            config,
+            Duration::from_millis(drain_delay_milliseconds),
+        )),
         Command::Mock { config, listen } => with_runtime(mock(config, listen)),
         Command::Demo {
             listen,
@@ -168,9 +179,6 @@ fn config_path(flag: Option<PathBuf>) -> PathBuf {
 /// Features the config accepts (validated) but this build cannot run yet.
 fn unsupported(cfg: &Config) -> Vec<&'static str> {
     let mut out = Vec::new();
-    if cfg.state.as_ref().is_some_and(|s| s.redis.is_some()) {
-        out.push("state.redis (shared state across replicas)");
-    }
     if cfg.logging.otlp_endpoint.is_some() {
         out.push("logging.otlpEndpoint (OTLP traces)");
     }
@@ -184,39 +192,32 @@ fn unsupported(cfg: &Config) -> Vec<&'static str> {
     out
 }
 
-async fn serve(config: Option<PathBuf>) -> ExitCode {
+async fn serve(config: Option<PathBuf>, drain_delay: Duration) -> ExitCode {
     let path = config_path(config);
-    let cfg = match sidetrack_config::load_file(&path) {
+    let cfg = match load_for_serve(&path) {
         Ok(c) => c,
-        Err(errors) => return fail(INVALID, &format!("invalid config:\n{errors}")),
+        Err(LoadError::Invalid(errors)) => {
+            return fail(INVALID, &format!("invalid config:\n{errors}"))
+        }
+        Err(LoadError::Unsupported(msg)) => {
+            return fail(INVALID, &format!("{}: {msg}", path.display()))
+        }
     };
     init_tracing(&cfg.logging.level);
-    let missing = unsupported(&cfg);
-    if !missing.is_empty() {
-        return fail(
-            INVALID,
-            &format!(
-                "{}: not supported yet in this build: {}",
-                path.display(),
-                missing.join("; ")
-            ),
-        );
-    }
+    // Handlers go in before the listeners bind: once /readyz answers, SIGTERM and SIGHUP are ours
+    // (a SIGHUP that arrived before would otherwise kill the process with the default action).
+    let mut signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => return fail(RUNTIME, &format!("cannot install signal handlers: {e}")),
+    };
     let log = match RoutingLog::start(&cfg.logging.routing) {
         Ok(l) => l,
         Err(e) => return fail(RUNTIME, &format!("cannot open the routing log: {e}")),
     };
-    let grace = cfg.server.shutdown_grace;
     let reload_path = path.clone();
-    let reload: sidetrack_gateway::ReloadFn = Box::new(move || {
-        let cfg = sidetrack_config::load_file(&reload_path).map_err(|e| e.to_string())?;
-        let missing = unsupported(&cfg);
-        if missing.is_empty() {
-            Ok(cfg)
-        } else {
-            Err(format!("not supported yet: {}", missing.join("; ")))
-        }
-    });
+    // `POST /admin/reload` loads through the same function as SIGHUP and the file watcher.
+    let reload: sidetrack_gateway::ReloadFn =
+        Box::new(move || load_for_serve(&reload_path).map_err(|e| e.to_string()));
     let options = sidetrack_gateway::GatewayOptions {
         reload: Some(reload),
         ..Default::default()
@@ -226,52 +227,248 @@ async fn serve(config: Option<PathBuf>) -> ExitCode {
         Err(e) => return fail(RUNTIME, &e.to_string()),
     };
     tracing::info!(addr = %gw.addr, admin = %gw.admin_addr, config = %path.display(), "sidetrack serving");
-    wait_for_shutdown(&gw, &path).await;
-    tracing::info!("draining in-flight requests");
-    match gw.shutdown(grace).await {
+    let watcher = tokio::spawn(watch_config(gw.shared.clone(), path.clone()));
+    loop {
+        match signals.next().await {
+            Signal::Reload => reload_from_file(&gw.shared, &path, "SIGHUP"),
+            Signal::Stop(name) => {
+                tracing::info!(signal = name, "shutting down");
+                break;
+            }
+        }
+    }
+    watcher.abort();
+    // The grace in force now: a reload may have changed it.
+    let grace = gw.shared.runtime.load().config.server.shutdown_grace;
+    drain(gw, grace, drain_delay, &mut signals).await
+}
+
+/// Why a config file cannot be (re)loaded.
+enum LoadError {
+    Invalid(sidetrack_config::ConfigErrors),
+    Unsupported(String),
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoadError::Invalid(errors) => write!(f, "{errors}"),
+            LoadError::Unsupported(msg) => f.write_str(msg),
+        }
+    }
+}
+
+/// Loads and validates the config file the way `serve` needs it: at start, on SIGHUP, on a file
+/// change (`server.watchConfig`) and for `POST /admin/reload`.
+fn load_for_serve(path: &std::path::Path) -> Result<Config, LoadError> {
+    let cfg = sidetrack_config::load_file(path).map_err(LoadError::Invalid)?;
+    let missing = unsupported(&cfg);
+    if missing.is_empty() {
+        Ok(cfg)
+    } else {
+        Err(LoadError::Unsupported(format!(
+            "not supported yet in this build: {}",
+            missing.join("; ")
+        )))
+    }
+}
+
+/// Re-reads the config file and swaps it in atomically; a bad file is logged and the old config
+/// keeps serving. Settings bound at start (listeners, TLS, routing log) need a restart.
+fn reload_from_file(
+    shared: &sidetrack_gateway::server::Shared,
+    path: &std::path::Path,
+    trigger: &str,
+) {
+    match load_for_serve(path) {
+        Ok(cfg) => {
+            let old = shared.runtime.load().config.clone();
+            let fixed = restart_only_changes(&old, &cfg);
+            shared.apply(cfg);
+            tracing::info!(config = %path.display(), trigger, "config reloaded");
+            if !fixed.is_empty() {
+                tracing::warn!(
+                    "changed settings that only take effect after a restart: {}",
+                    fixed.join(", ")
+                );
+            }
+        }
+        Err(e) => {
+            tracing::error!(config = %path.display(), trigger, "reload rejected, keeping the old config:\n{e}");
+        }
+    }
+}
+
+/// Settings that are read once at start and that a reload therefore cannot change.
+fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if old.server.listen != new.server.listen {
+        out.push("server.listen");
+    }
+    if old.server.admin != new.server.admin {
+        out.push("server.admin");
+    }
+    let tls = |c: &Config| {
+        c.server
+            .tls
+            .as_ref()
+            .map(|t| (t.cert_file.clone(), t.key_file.clone()))
+    };
+    if tls(old) != tls(new) {
+        out.push("server.tls");
+    }
+    if old.logging.level != new.logging.level {
+        out.push("logging.level");
+    }
+    if format!("{:?}", old.logging.routing) != format!("{:?}", new.logging.routing) {
+        out.push("logging.routing");
+    }
+    out
+}
+
+/// How often `server.watchConfig` looks at the file.
+const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What identifies one version of the config file without reading it: modification time, length
+/// and (on Unix) the inode, so an atomic rename over the file counts as a change. `None` while the
+/// file cannot be read. Follows symlinks, as a Kubernetes ConfigMap mount needs.
+fn file_stamp(path: &std::path::Path) -> Option<(std::time::SystemTime, u64, u64)> {
+    let meta = std::fs::metadata(path).ok()?;
+    #[cfg(unix)]
+    let inode = std::os::unix::fs::MetadataExt::ino(&meta);
+    #[cfg(not(unix))]
+    let inode = 0;
+    Some((meta.modified().ok()?, meta.len(), inode))
+}
+
+/// `server.watchConfig`: polls the file every second and reloads when it changed. The setting is
+/// read from the live config on every tick, so a reload can switch watching on or off.
+async fn watch_config(shared: std::sync::Arc<sidetrack_gateway::server::Shared>, path: PathBuf) {
+    let mut last = file_stamp(&path);
+    let mut tick = tokio::time::interval(WATCH_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = file_stamp(&path);
+        if now == last {
+            continue;
+        }
+        // Remember the version before reading it: a write that lands during the read shows up as
+        // one more change on the next tick.
+        last = now;
+        if shared.runtime.load().config.server.watch_config {
+            reload_from_file(&shared, &path, "file change");
+        }
+    }
+}
+
+/// Graceful shutdown (SPEC §2): `/readyz` answers 503 at once; the listeners keep accepting for
+/// `drain_delay` (so load balancers that poll readiness stop sending), then close, and in-flight
+/// requests and streams get the rest of `server.shutdownGraceMilliseconds` to finish. A second
+/// SIGTERM/SIGINT stops waiting.
+async fn drain(
+    gw: sidetrack_gateway::GatewayHandle,
+    grace: Duration,
+    drain_delay: Duration,
+    signals: &mut Signals,
+) -> ExitCode {
+    let started = tokio::time::Instant::now();
+    gw.shared
+        .ready
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let delay = drain_delay.min(grace);
+    if !delay.is_zero() {
+        tracing::info!(
+            delay_ms = delay.as_millis() as u64,
+            "readiness is 503; still accepting during the drain delay"
+        );
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = signals.next_stop() => {
+                tracing::warn!("second signal: exiting without draining");
+                return ExitCode::SUCCESS;
+            }
+        }
+    }
+    let remaining = grace.saturating_sub(started.elapsed());
+    tracing::info!(
+        grace_ms = remaining.as_millis() as u64,
+        "closing the listeners; draining in-flight requests"
+    );
+    let result = tokio::select! {
+        r = gw.shutdown(remaining) => r,
+        _ = signals.next_stop() => {
+            tracing::warn!("second signal: exiting without waiting for in-flight requests");
+            return ExitCode::SUCCESS;
+        }
+    };
+    let took = started.elapsed();
+    if took >= grace {
+        tracing::warn!(
+            grace_ms = grace.as_millis() as u64,
+            "shutdown grace elapsed; requests still in flight were cut"
+        );
+    } else {
+        tracing::info!(took_ms = took.as_millis() as u64, "drained; exiting");
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(RUNTIME, &format!("server error: {e}")),
     }
 }
 
-/// Waits for SIGTERM/SIGINT; reloads the config on SIGHUP (a bad config keeps the old one).
-#[cfg(unix)]
-async fn wait_for_shutdown(gw: &sidetrack_gateway::GatewayHandle, path: &std::path::Path) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::hangup()),
-    ) else {
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    loop {
+enum Signal {
+    Reload,
+    Stop(&'static str),
+}
+
+/// SIGTERM, SIGINT and SIGHUP as one stream of events.
+struct Signals {
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    #[cfg(unix)]
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    #[cfg(not(unix))]
+    fn install() -> std::io::Result<Signals> {
+        Ok(Signals {})
+    }
+
+    #[cfg(unix)]
+    async fn next(&mut self) -> Signal {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => return,
-            _ = term.recv() => return,
-            _ = hup.recv() => reload(gw, path),
+            _ = self.term.recv() => Signal::Stop("SIGTERM"),
+            _ = self.int.recv() => Signal::Stop("SIGINT"),
+            _ = self.hup.recv() => Signal::Reload,
         }
     }
-}
 
-#[cfg(not(unix))]
-async fn wait_for_shutdown(_gw: &sidetrack_gateway::GatewayHandle, _path: &std::path::Path) {
-    let _ = tokio::signal::ctrl_c().await;
-}
+    #[cfg(not(unix))]
+    async fn next(&mut self) -> Signal {
+        let _ = tokio::signal::ctrl_c().await;
+        Signal::Stop("Ctrl-C")
+    }
 
-fn reload(gw: &sidetrack_gateway::GatewayHandle, path: &std::path::Path) {
-    match sidetrack_config::load_file(path) {
-        Ok(cfg) => {
-            let missing = unsupported(&cfg);
-            if missing.is_empty() {
-                gw.reload(cfg);
-                tracing::info!(config = %path.display(), "config reloaded");
-            } else {
-                tracing::error!(config = %path.display(), "reload rejected, keeping the old config: not supported yet: {}", missing.join("; "));
+    /// The next SIGTERM/SIGINT; SIGHUP is ignored once shutting down.
+    async fn next_stop(&mut self) {
+        loop {
+            if let Signal::Stop(_) = self.next().await {
+                return;
             }
-        }
-        Err(errors) => {
-            tracing::error!(config = %path.display(), "reload rejected, keeping the old config:\n{errors}");
         }
     }
 }

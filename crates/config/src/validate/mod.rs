@@ -386,9 +386,25 @@ fn state(ctx: &mut Ctx<'_>, raw: RawState) -> State {
                 "must start with redis://, rediss:// or unix://",
             );
         }
+        let budget = r.budget_milliseconds.unwrap_or(50);
+        if !(1..=5000).contains(&budget) {
+            ctx.err(
+                "state.redis.budgetMilliseconds",
+                format!("must be between 1 and 5000 (got {budget})"),
+            );
+        }
+        let sync = r.sync_milliseconds.unwrap_or(250);
+        if !(10..=60_000).contains(&sync) {
+            ctx.err(
+                "state.redis.syncMilliseconds",
+                format!("must be between 10 and 60000 (got {sync})"),
+            );
+        }
         Some(Redis {
             url,
             key_prefix: r.key_prefix.unwrap_or_else(|| "sidetrack:".to_string()),
+            budget: std::time::Duration::from_millis(budget),
+            sync_interval: std::time::Duration::from_millis(sync),
         })
     });
     State { redis }

@@ -284,7 +284,14 @@ pub async fn run(spec: AttemptSpec<'_>) -> Attempt {
         // A whole answer in another format: read it, translate it, send it as one body.
         let raw = read_rest(first, &mut body, spec.deadline, MAX_TRANSLATED_BODY).await;
         return match spec.upstream.parse_response(&raw) {
-            Ok(resp) => {
+            Ok(mut resp) => {
+                // Converse answers carry neither id nor model: name them as the stream encoders do.
+                if resp.id.is_empty() {
+                    resp.id = spec.response_id.to_owned();
+                }
+                if resp.model.is_empty() {
+                    resp.model = spec.model.to_owned();
+                }
                 let mut parts = parts;
                 set_json(&mut parts);
                 done(

@@ -276,6 +276,7 @@ pub async fn walk(input: WalkInput<'_>) -> WalkOutput {
         };
         let is_last = pos + 1 == hops.len();
 
+        let span_start = input.metrics.traces().start(); // None (and nothing else) when off
         let in_flight = health.in_flight();
         let attempt = match attempt_one(dest, hop, &input).await {
             Ok(a) => a,
@@ -312,6 +313,13 @@ pub async fn walk(input: WalkInput<'_>) -> WalkOutput {
             first_byte_ms: attempt.first_byte.map(ms),
             breaker,
         });
+        if let (Some(start), Some(rec)) = (span_start, out.attempts.last()) {
+            // The attempt span ends here: the attempt is classified and recorded.
+            input
+                .metrics
+                .traces()
+                .attempt(start, input.request_id, dest.target, rec);
+        }
         let upstream = if fired {
             attempt.response.map(Upstream::into_buffered)
         } else {

@@ -3,6 +3,7 @@
 //! backend; it outlives config reloads (breaker state survives for destinations that still exist).
 
 mod clock;
+pub mod store;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -11,10 +12,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use sidetrack_config::{BreakerPolicy, Config};
 use sidetrack_resilience::{
-    Admission, Breaker, BreakerConfig, BreakerState, Probe, Transition, UnhealthyCondition,
+    Admission, Breaker, BreakerConfig, BreakerState, Probe, SharedBreaker, Transition,
+    UnhealthyCondition,
 };
 
 pub use clock::Clock;
+use store::{unix_ms, RedisState};
 
 use crate::observe::metrics::Metrics;
 
@@ -51,6 +54,11 @@ pub struct DestHealth {
     successes: AtomicU64,
     failures: AtomicU64,
     skips: AtomicU64,
+    /// Verdicts on their way to the shared store: while any is, the local state is ahead of the
+    /// store and is not overwritten by what the sync loop reads.
+    pending_shares: AtomicU32,
+    /// The newest shared-state version adopted here.
+    adopted_version: AtomicU64,
 }
 
 /// What an attempt's outcome means for the destination's health.
@@ -115,6 +123,8 @@ impl DestHealth {
             successes: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             skips: AtomicU64::new(0),
+            pending_shares: AtomicU32::new(0),
+            adopted_version: AtomicU64::new(0),
         }
     }
 
@@ -176,16 +186,30 @@ pub struct Health {
     policies: RwLock<HashMap<String, BreakerConfig>>,
     /// Compiled `unhealthyCondition` per target that sets one.
     conditions: RwLock<HashMap<String, Arc<UnhealthyCondition>>>,
+    /// `state.redis`: the store replicas share breaker state through (SPEC §10).
+    shared: Option<Arc<RedisState>>,
 }
 
 impl Health {
     pub fn new(clock: Clock, metrics: Arc<Metrics>, cfg: &Config) -> Health {
+        let shared = cfg
+            .state
+            .as_ref()
+            .and_then(|s| s.redis.as_ref())
+            .and_then(|r| match RedisState::new(r) {
+                Ok(s) => Some(Arc::new(s)),
+                Err(e) => {
+                    tracing::error!("{e}; breaker state stays local");
+                    None
+                }
+            });
         let h = Health {
             clock,
             metrics,
             dests: RwLock::default(),
             policies: RwLock::default(),
             conditions: RwLock::default(),
+            shared,
         };
         h.sync_config(cfg);
         h
@@ -326,6 +350,9 @@ impl Health {
     ) {
         d.attempts.fetch_add(1, Ordering::Relaxed);
         let probe = probe.and_then(|mut g| g.probe.take());
+        if verdict != Verdict::Neutral {
+            self.share(d, verdict, probe.is_some());
+        }
         let now = self.now();
         let transition = {
             let Ok(mut i) = d.inner.lock() else { return };
@@ -360,6 +387,7 @@ impl Health {
 
     /// A failure after the commit point (mid-stream): always a counted failure (SPEC §5.5).
     pub fn record_mid_stream_failure(&self, d: &Arc<DestHealth>) {
+        self.share(d, Verdict::Failure(None), false);
         let now = self.now();
         d.failures.fetch_add(1, Ordering::Relaxed);
         let t = d
@@ -373,14 +401,108 @@ impl Health {
     }
 
     fn transitioned(&self, d: &DestHealth, t: Transition) {
-        tracing::warn!(target: "sidetrack::breaker", destination = %format!("{}/{}", d.target, d.model), "breaker {t}");
-        self.metrics
-            .breaker_transition(&d.target, &d.model, t.to.as_str());
-        self.metrics
-            .breaker_state(&d.target, &d.model, i64::from(t.to.gauge()));
-        if let Ok(mut i) = d.inner.lock() {
-            i.last_transition = Some((t, SystemTime::now()));
+        transitioned(&self.metrics, d, t);
+    }
+
+    /// Applies a verdict to the shared state too (in the background: a request never waits on the
+    /// state store), then adopts what was stored.
+    fn share(&self, d: &Arc<DestHealth>, verdict: Verdict, was_probe: bool) {
+        let Some(store) = self.shared.clone() else {
+            return;
+        };
+        let (d, metrics) = (d.clone(), self.metrics.clone());
+        let cfg = match d.inner.lock() {
+            Ok(i) => i.breaker.config().clone(),
+            Err(_) => return,
+        };
+        d.pending_shares.fetch_add(1, Ordering::AcqRel);
+        tokio::spawn(async move {
+            let key = store.breaker_key(&d.target, &d.model);
+            let stored = store
+                .update(&key, |current| {
+                    let (now, now_ms) = (Instant::now(), unix_ms());
+                    let mut b = Breaker::new(cfg.clone());
+                    if let Some(c) = current {
+                        b.adopt(&c, now, now_ms);
+                    }
+                    let probe = if was_probe {
+                        b.try_acquire(now).0.probe()
+                    } else {
+                        None
+                    };
+                    match verdict {
+                        Verdict::Success => b.on_success(probe),
+                        Verdict::Failure(retry_after) => b.on_failure(now, probe, retry_after),
+                        Verdict::Neutral => None,
+                    };
+                    b.export(now, now_ms)
+                })
+                .await;
+            metrics.state_backend_up(store.is_up());
+            let last = d.pending_shares.fetch_sub(1, Ordering::AcqRel) == 1;
+            if let (true, Ok((version, shared))) = (last, stored) {
+                adopt(&metrics, &d, version, &shared);
+            }
+        });
+    }
+
+    /// One pull of every known destination's shared state (the background sync loop calls this
+    /// each `syncMilliseconds`). After an outage, destinations the store has lost are written back
+    /// from local state, so replicas converge again.
+    pub async fn sync_shared(&self) {
+        let Some(store) = self.shared.clone() else {
+            return;
+        };
+        let dests: Vec<Arc<DestHealth>> = match self.dests.read() {
+            Ok(d) => d.values().cloned().collect(),
+            Err(_) => return,
+        };
+        let keys: Vec<String> = dests
+            .iter()
+            .map(|d| store.breaker_key(&d.target, &d.model))
+            .collect();
+        let loaded = store.load(&keys).await;
+        self.metrics.state_backend_up(store.is_up());
+        let Ok(loaded) = loaded else { return };
+        if store.take_resync() {
+            // Back after an outage: what each replica learned meanwhile is merged by severity.
+            for (d, key) in dests.iter().zip(&keys) {
+                // The store may have restarted empty: its version numbers start over.
+                d.adopted_version.store(0, Ordering::Release);
+                let local = d
+                    .inner
+                    .lock()
+                    .ok()
+                    .map(|i| i.breaker.export(Instant::now(), unix_ms()));
+                let Some(local) = local else { continue };
+                if let Ok((version, merged)) = store
+                    .update(key, |current| {
+                        current.map_or(local, |c| store::merge(c, local))
+                    })
+                    .await
+                {
+                    adopt(&self.metrics, d, version, &merged);
+                }
+            }
+            return;
         }
+        for (d, shared) in dests.iter().zip(loaded) {
+            if let Some((version, s)) = shared {
+                if d.pending_shares.load(Ordering::Acquire) == 0 {
+                    adopt(&self.metrics, d, version, &s);
+                }
+            }
+        }
+    }
+
+    /// The shared state store, if `state.redis` is configured (rate limits share it).
+    pub fn store(&self) -> Option<Arc<RedisState>> {
+        self.shared.clone()
+    }
+
+    /// The pull interval, when state is shared.
+    pub fn sync_interval(&self) -> Option<Duration> {
+        self.shared.as_ref().map(|s| s.sync_interval)
     }
 
     /// Admin: switch a destination off (always skipped) or back on. Creates it if the target exists
@@ -449,6 +571,31 @@ impl Health {
             .collect();
         out.sort_by(|a, b| (&a.target, &a.model).cmp(&(&b.target, &b.model)));
         out
+    }
+}
+
+fn transitioned(metrics: &Metrics, d: &DestHealth, t: Transition) {
+    tracing::warn!(target: "sidetrack::breaker", destination = %format!("{}/{}", d.target, d.model), "breaker {t}");
+    metrics.breaker_transition(&d.target, &d.model, t.to.as_str());
+    metrics.breaker_state(&d.target, &d.model, i64::from(t.to.gauge()));
+    if let Ok(mut i) = d.inner.lock() {
+        i.last_transition = Some((t, SystemTime::now()));
+    }
+}
+
+/// Adopts a shared breaker state into the local one (logging and counting a change of state),
+/// unless this replica already adopted the same or a newer version.
+fn adopt(metrics: &Metrics, d: &DestHealth, version: u64, shared: &SharedBreaker) {
+    if d.adopted_version.fetch_max(version, Ordering::AcqRel) >= version {
+        return;
+    }
+    let t = d
+        .inner
+        .lock()
+        .ok()
+        .and_then(|mut i| i.breaker.adopt(shared, Instant::now(), unix_ms()));
+    if let Some(t) = t {
+        transitioned(metrics, d, t);
     }
 }
 

@@ -44,9 +44,10 @@ pub mod names {
     pub const ATTEMPT_DURATION_SECONDS: &str = "sidetrack_attempt_duration_seconds";
     pub const TOKENS_TOTAL: &str = "sidetrack_tokens_total";
     pub const MID_STREAM_ERRORS_TOTAL: &str = "sidetrack_mid_stream_errors_total";
+    pub const STATE_BACKEND_UP: &str = "sidetrack_state_backend_up";
 
     /// Every name above, in registration order.
-    pub const ALL: [&str; 12] = [
+    pub const ALL: [&str; 13] = [
         REQUESTS_TOTAL,
         ATTEMPTS_TOTAL,
         FALLBACKS_TOTAL,
@@ -59,6 +60,7 @@ pub mod names {
         ATTEMPT_DURATION_SECONDS,
         TOKENS_TOTAL,
         MID_STREAM_ERRORS_TOTAL,
+        STATE_BACKEND_UP,
     ];
 }
 
@@ -298,6 +300,12 @@ pub struct Metrics {
     attempt_duration: HistogramFamily<DestinationLabels>,
     tokens: Family<TokenLabels, Counter>,
     mid_stream_errors: Family<DestinationLabels, Counter>,
+    /// 1 while the shared state store (Redis) answers within its budget, 0 while serving on local
+    /// state (SPEC §10). Set to 1 at start when a store is configured.
+    state_backend_up: Gauge,
+    /// The tracer (SPEC §7.3) rides along: every phase that records metrics already holds this
+    /// struct, so spans reach the walk and the finish phase without another parameter.
+    traces: crate::observe::Traces,
 }
 
 impl Default for Metrics {
@@ -326,8 +334,21 @@ impl Metrics {
             attempt_duration: Family::new_with_constructor(latency_histogram),
             tokens: Family::default(),
             mid_stream_errors: Family::default(),
+            state_backend_up: Gauge::default(),
+            traces: crate::observe::Traces::off(),
         };
         m.registered()
+    }
+
+    /// The same metrics, with spans exported by `traces`.
+    pub fn with_traces(mut self, traces: crate::observe::Traces) -> Metrics {
+        self.traces = traces;
+        self
+    }
+
+    /// The tracer: off unless `logging.otlpEndpoint` is set.
+    pub fn traces(&self) -> &crate::observe::Traces {
+        &self.traces
     }
 
     /// Registers every family. Names here are without the `sidetrack_` prefix (the registry adds
@@ -368,6 +389,11 @@ impl Metrics {
             "in_flight_requests",
             "Requests currently being handled",
             self.in_flight.clone(),
+        );
+        r.register(
+            "state_backend_up",
+            "1 while the shared state store (state.redis) answers within its budget; 0 while serving on local state",
+            self.state_backend_up.clone(),
         );
         r.register(
             "request_duration_seconds",
@@ -486,6 +512,11 @@ impl Metrics {
     }
 
     /// Counts a request in flight until the returned guard is dropped.
+    /// Whether the shared state store answered its last call in time.
+    pub fn state_backend_up(&self, up: bool) {
+        self.state_backend_up.set(i64::from(up));
+    }
+
     pub fn in_flight(&self) -> InFlightGuard {
         self.in_flight.inc();
         InFlightGuard {

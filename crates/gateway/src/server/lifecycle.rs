@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use super::{router, Runtime, Shared};
 use crate::health::{Clock, Health};
 use crate::observe::metrics::Metrics;
-use crate::observe::RoutingLog;
+use crate::observe::{RoutingLog, Traces};
 use crate::routing::Picker;
 
 /// Produces a freshly loaded config for `POST /admin/reload` (the binary re-reads its file).
@@ -62,7 +62,14 @@ impl GatewayHandle {
         self.shared.apply(config);
     }
 
-    /// Stops accepting, lets in-flight requests finish (bounded by `grace`), then returns.
+    /// Exports every span recorded so far to `logging.otlpEndpoint` (waits up to 5 s; a no-op
+    /// when tracing is off). The exporter otherwise sends batches every few seconds.
+    pub async fn flush_traces(&self) -> Result<(), String> {
+        self.shared.metrics.traces().flush().await
+    }
+
+    /// Stops accepting, lets in-flight requests finish (bounded by `grace`), exports the spans
+    /// still queued (up to 5 s more when tracing is on), then returns.
     pub async fn shutdown(mut self, grace: Duration) -> std::io::Result<()> {
         self.shared.ready.store(false, Ordering::Relaxed);
         let _ = self.shutdown.send(true);
@@ -75,6 +82,9 @@ impl GatewayHandle {
                 Ok(Ok(Ok(()))) => {}
                 Err(_) => task.abort(),
             }
+        }
+        if let Err(e) = self.shared.metrics.traces().close().await {
+            tracing::warn!("exporting the last spans at shutdown: {e}");
         }
         result
     }
@@ -103,6 +113,28 @@ fn serve(
     })
 }
 
+/// Pulls the shared breaker states every `every` until shutdown (state.redis only).
+fn sync_shared_state(
+    shared: Arc<Shared>,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) -> JoinHandle<std::io::Result<()>> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let stopping = tokio::select! {
+                _ = tick.tick() => false,
+                r = stop.wait_for(|s| *s) => r.is_ok(),
+            };
+            if stopping {
+                return Ok(());
+            }
+            shared.health.sync_shared().await;
+        }
+    })
+}
+
 /// Binds the data-plane and admin listeners and serves until shut down.
 pub async fn start(
     config: Config,
@@ -119,9 +151,13 @@ pub async fn start(
     let admin_listener = bind(options.admin.unwrap_or(config.server.admin)).await?;
     let addr = listener.local_addr()?;
     let admin_addr = admin_listener.local_addr()?;
-    let metrics = Arc::new(Metrics::new());
+    let traces = Traces::from_config(config.logging.otlp_endpoint.as_deref())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let metrics = Arc::new(Metrics::new().with_traces(traces));
+    let health = Health::new(options.clock, metrics.clone(), &config);
+    let limiter = Arc::new(crate::limits::RateLimiter::new(health.store()));
     let shared = Arc::new(Shared {
-        health: Health::new(options.clock, metrics.clone(), &config),
+        health,
         runtime: ArcSwap::from_pointee(Runtime::new(config)),
         log,
         ready: AtomicBool::new(true),
@@ -130,6 +166,7 @@ pub async fn start(
         walked: AtomicU64::new(0),
         fell_back: AtomicU64::new(0),
         reload: options.reload,
+        limiter,
     });
     let (tx, rx) = watch::channel(false);
     let data_plane = match &tls {
@@ -141,10 +178,18 @@ pub async fn start(
         ),
         None => serve(listener, router(shared.clone()), rx.clone()),
     };
-    let tasks = vec![
+    let mut tasks = vec![
         data_plane,
-        serve(admin_listener, crate::admin::router(shared.clone()), rx),
+        serve(
+            admin_listener,
+            crate::admin::router(shared.clone()),
+            rx.clone(),
+        ),
     ];
+    if let Some(every) = shared.health.sync_interval() {
+        shared.metrics.state_backend_up(true);
+        tasks.push(sync_shared_state(shared.clone(), every, rx));
+    }
     Ok(GatewayHandle {
         addr,
         admin_addr,

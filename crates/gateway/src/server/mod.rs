@@ -64,6 +64,8 @@ pub struct Shared {
     pub fell_back: AtomicU64,
     /// How `POST /admin/reload` gets a new config (the binary re-reads its file).
     pub reload: Option<ReloadFn>,
+    /// Gateway rate limits per principal (shared through the state store when there is one).
+    pub limiter: Arc<crate::limits::RateLimiter>,
 }
 
 impl Shared {
@@ -262,13 +264,40 @@ async fn handle(
         return ctx.reject(GatewayErrorKind::PermissionDenied, &msg, "modelNotAllowed");
     }
 
+    // admit (gateway rate limits): before any route is walked, so a refusal costs no upstream call
+    if let Some(limits) = &principal.limits {
+        let estimate = parsed.features.estimated_prompt_tokens + 256;
+        match shared
+            .limiter
+            .admit(&principal.name, limits, &ctx.request_id, estimate)
+            .await
+        {
+            Ok(reservation) => ctx.reservation = Some(reservation),
+            Err(limited) => return ctx.rate_limited(limited.retry_after),
+        }
+    }
+
     // resolve route
     let input = RouteInput {
         model: &parsed.model,
         principal: &principal.name,
         sticky: sticky_header.as_deref(),
     };
-    let Some(plan) = routing::resolve(&rt.config, &input, &shared.picker) else {
+    let plan = routing::resolve(&rt.config, &input, &shared.picker);
+    if plan.as_ref().is_none_or(|p| p.rule.is_none()) {
+        if let Some(rule) = routing::denied_by(&rt.config, &parsed.model, &principal.name) {
+            let msg = format!(
+                "principal `{}` is not allowed by rule `{}` for model `{}`",
+                principal.name, rule.name, parsed.model
+            );
+            return ctx.reject(
+                GatewayErrorKind::PermissionDenied,
+                &msg,
+                "principalNotAllowed",
+            );
+        }
+    }
+    let Some(plan) = plan else {
         let msg = format!("no route for model `{}`", parsed.model);
         return ctx.unroutable(&msg);
     };

@@ -13,6 +13,7 @@ use crate::engine::relay::{OnFinish, RelayBody, RelayEnd};
 use crate::engine::{Returned, Upstream, WalkOutput};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use crate::health::DestHealth;
 use crate::observe::metrics::InFlightGuard;
@@ -45,6 +46,10 @@ pub struct RequestCtx {
     pub streamed: bool,
     headers_on: bool,
     retry_hint: CallerRetryHint,
+    /// The request span's start, when tracing is on (SPEC §7.3).
+    trace_start: Option<SystemTime>,
+    /// Tokens reserved under the principal's rate limit, settled with the real usage at the end.
+    pub reservation: Option<crate::limits::Reservation>,
 }
 
 /// Renders a gateway-made error in the caller's dialect (SPEC §6.3).
@@ -71,6 +76,7 @@ impl RequestCtx {
     pub fn new(shared: &Arc<Shared>, dialect: Dialect, path: &str, server: &Server) -> RequestCtx {
         RequestCtx {
             in_flight: shared.metrics.in_flight(),
+            trace_start: shared.metrics.traces().start(),
             shared: shared.clone(),
             started: Instant::now(),
             request_id: uuid::Uuid::now_v7().simple().to_string(),
@@ -83,6 +89,7 @@ impl RequestCtx {
             streamed: false,
             headers_on: server.response_headers,
             retry_hint: server.caller_retry_hint,
+            reservation: None,
         }
     }
 
@@ -114,7 +121,8 @@ impl RequestCtx {
 
     /// Writes the routing record and the request metrics (SPEC §7: one line, one count per request).
     fn finish(&self, rec: RoutingRecord) {
-        finish_record(&self.shared, self.started, rec);
+        settle(&self.shared, self.reservation.clone(), &rec);
+        finish_record(&self.shared, self.started, self.trace_start, rec);
     }
 
     /// A gateway rejection before any routing (auth, size, parse, allow-list). Never a fallback.
@@ -123,6 +131,29 @@ impl RequestCtx {
         let rec = self.record(
             "REJECTED",
             format!("gatewayRejected:{why}"),
+            resp.status().as_u16(),
+        );
+        self.finish(rec);
+        resp
+    }
+
+    /// Refused by the principal's gateway rate limit: 429 with `Retry-After`, never a fallback.
+    pub fn rate_limited(self, retry_after: std::time::Duration) -> Response {
+        let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+        let msg = format!(
+            "rate limit of principal `{}` reached; retry in {secs} s",
+            self.principal
+        );
+        let mut resp = error_response(
+            self.dialect,
+            GatewayErrorKind::RateLimited,
+            &msg,
+            Some(&self.request_id),
+        );
+        put(resp.headers_mut(), "retry-after", &secs.max(1).to_string());
+        let rec = self.record(
+            "REJECTED",
+            "gatewayRejected:rateLimited".into(),
             resp.status().as_u16(),
         );
         self.finish(rec);
@@ -273,8 +304,10 @@ impl RequestCtx {
                 let finish = Box::new(Finish {
                     shared: self.shared.clone(),
                     started: self.started,
+                    trace_start: self.trace_start,
                     rec,
                     health,
+                    reservation: self.reservation,
                     _in_flight: self.in_flight,
                 });
                 let body = RelayBody::new(held, rest, pipe, self.dialect, deadline, finish);
@@ -305,8 +338,10 @@ fn copy_headers(from: &http::HeaderMap, to: &mut http::HeaderMap) {
 struct Finish {
     shared: Arc<Shared>,
     started: Instant,
+    trace_start: Option<SystemTime>,
     rec: RoutingRecord,
     health: Arc<DestHealth>,
+    reservation: Option<crate::limits::Reservation>,
     /// The request stays in flight until its body ends.
     _in_flight: InFlightGuard,
 }
@@ -316,8 +351,10 @@ impl OnFinish for Finish {
         let Finish {
             shared,
             started,
+            trace_start,
             mut rec,
             health,
+            reservation,
             _in_flight,
         } = *self;
         rec.mid_stream_error = end.mid_stream_error;
@@ -332,12 +369,30 @@ impl OnFinish for Finish {
                 .metrics
                 .mid_stream_error(&health.target, &health.model);
         }
-        finish_record(&shared, started, rec);
+        settle(&shared, reservation, &rec);
+        finish_record(&shared, started, trace_start, rec);
     }
 }
 
-/// The end of every request: metrics, token counts, then the routing log line.
-fn finish_record(shared: &Shared, started: Instant, mut rec: RoutingRecord) {
+/// Replaces a rate-limit token reservation with the tokens the request really used.
+fn settle(shared: &Shared, reservation: Option<crate::limits::Reservation>, rec: &RoutingRecord) {
+    if let Some(r) = reservation {
+        let used = rec
+            .usage
+            .map(|u| u.input_tokens + u.output_tokens)
+            .unwrap_or(0);
+        shared.limiter.settle(r, used);
+    }
+}
+
+/// The end of every request: metrics, token counts, the request span (it ends here, when the
+/// response body has ended), then the routing log line.
+fn finish_record(
+    shared: &Shared,
+    started: Instant,
+    trace_start: Option<SystemTime>,
+    mut rec: RoutingRecord,
+) {
     let elapsed = started.elapsed();
     rec.latency_ms = ms(elapsed);
     let m = &shared.metrics;
@@ -350,6 +405,14 @@ fn finish_record(shared: &Shared, started: Instant, mut rec: RoutingRecord) {
     );
     if let (Some(u), Some(s)) = (&rec.usage, &rec.served_by) {
         m.tokens(&s.target, &s.model, u.input_tokens, u.output_tokens);
+    }
+    if let Some(start) = trace_start {
+        let provider = rec.served_by.as_ref().and_then(|s| {
+            let rt = shared.runtime.load();
+            let target = rt.config.targets.iter().find(|t| t.name == s.target);
+            target.map(|t| t.provider)
+        });
+        m.traces().request(start, &rec, provider);
     }
     shared.log.record(rec);
 }

@@ -1,0 +1,349 @@
+//! bench-client: the measuring client of `bench/run`. Every mode talks HTTP/1.1 over its own TCP
+//! connections (TCP_NODELAY) to 127.0.0.1 and prints one JSON object on stdout.
+//!
+//!   bench-client lat     ADDR PATH MODEL N [-H 'name: value']...
+//!       N sequential non-streaming requests on one keep-alive connection: latency p50/p99/mean,
+//!       statuses, and the `x-sidetrack-served-by` values seen.
+//!   bench-client sse     ADDR PATH MODEL N [--interval-ms MS] [-H ...]
+//!       N sequential streamed requests on one connection; every SSE event is timestamped on
+//!       arrival: time to first token, per-chunk gap, content-chunk count, chunks that arrived
+//!       "buffered" (closer than half the mock's chunk interval to the previous one), gaps >= 30 ms.
+//!   bench-client streams ADDR PATH MODEL N --pid PID[,PID...] [--secs S] [-H ...]
+//!       N concurrent slow streams, one connection each; samples VmRSS of the PIDs every 50 ms.
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1;
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+type Sender = http1::SendRequest<Full<Bytes>>;
+type Err = Box<dyn std::error::Error + Send + Sync>;
+
+struct Opts {
+    addr: String,
+    path: String,
+    model: String,
+    n: usize,
+    headers: Vec<(String, String)>,
+    interval_ms: f64,
+    pids: Vec<u32>,
+    secs: u64,
+}
+
+fn parse(args: &[String]) -> Result<Opts, Err> {
+    let mut pos = Vec::new();
+    let mut o = Opts {
+        addr: String::new(),
+        path: String::new(),
+        model: String::new(),
+        n: 0,
+        headers: Vec::new(),
+        interval_ms: 0.0,
+        pids: Vec::new(),
+        secs: 30,
+    };
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        let mut val = || -> Result<String, Err> {
+            i += 1;
+            args.get(i).cloned().ok_or_else(|| format!("{a} needs a value").into())
+        };
+        match a.as_str() {
+            "-H" => {
+                let h = val()?;
+                let (k, v) = h.split_once(':').ok_or("header must be 'name: value'")?;
+                o.headers.push((k.trim().to_string(), v.trim().to_string()));
+            }
+            "--interval-ms" => o.interval_ms = val()?.parse()?,
+            "--secs" => o.secs = val()?.parse()?,
+            "--pid" => {
+                for p in val()?.split(',').filter(|p| !p.is_empty()) {
+                    o.pids.push(p.parse()?);
+                }
+            }
+            _ => pos.push(a.clone()),
+        }
+        i += 1;
+    }
+    if pos.len() != 4 {
+        return Err("expected ADDR PATH MODEL N".into());
+    }
+    o.addr = pos[0].clone();
+    o.path = pos[1].clone();
+    o.model = pos[2].clone();
+    o.n = pos[3].parse()?;
+    Ok(o)
+}
+
+async fn connect(addr: &str) -> Result<Sender, Err> {
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    tcp.set_nodelay(true)?;
+    let (sender, conn) = http1::handshake(TokioIo::new(tcp)).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+fn request(o: &Opts, stream: bool) -> Result<Request<Full<Bytes>>, Err> {
+    let body = json!({
+        "model": o.model,
+        "messages": [{"role": "user", "content": "Say hello to the benchmark."}],
+        "stream": stream,
+    });
+    let mut b = Request::post(o.path.as_str())
+        .header("host", o.addr.as_str())
+        .header("content-type", "application/json");
+    for (k, v) in &o.headers {
+        b = b.header(k.as_str(), v.as_str());
+    }
+    Ok(b.body(Full::new(Bytes::from(body.to_string())))?)
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn summary(mut v: Vec<f64>) -> Value {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let mean = if v.is_empty() { f64::NAN } else { v.iter().sum::<f64>() / v.len() as f64 };
+    json!({"n": v.len(), "p50": pct(&v, 50.0), "p99": pct(&v, 99.0), "max": v.last().copied().unwrap_or(f64::NAN), "mean": mean})
+}
+
+async fn lat(o: &Opts) -> Result<Value, Err> {
+    let mut s = connect(&o.addr).await?;
+    let mut lats = Vec::with_capacity(o.n);
+    let mut statuses = serde_json::Map::new();
+    let mut served = serde_json::Map::new();
+    for _ in 0..o.n {
+        let req = request(o, false)?;
+        let t0 = Instant::now();
+        if s.ready().await.is_err() {
+            s = connect(&o.addr).await?;
+        }
+        let resp = s.send_request(req).await?;
+        let status = resp.status().as_u16().to_string();
+        let by = resp
+            .headers()
+            .get("x-sidetrack-served-by")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-")
+            .to_string();
+        resp.into_body().collect().await?;
+        lats.push(t0.elapsed().as_secs_f64() * 1e6);
+        bump(&mut statuses, &status);
+        bump(&mut served, &by);
+    }
+    Ok(json!({"latency_us": summary(lats), "status": statuses, "served_by": served}))
+}
+
+/// Counts one more occurrence of `k` in a JSON map of counters.
+fn bump(m: &mut serde_json::Map<String, Value>, k: &str) {
+    let n = m.get(k).and_then(Value::as_u64).unwrap_or(0);
+    m.insert(k.to_string(), json!(n + 1));
+}
+
+/// Content text of one SSE `data:` payload, for the dialects the harness streams (OpenAI Chat).
+fn content_of(data: &str) -> Option<bool> {
+    if data.trim() == "[DONE]" {
+        return None;
+    }
+    let v: Value = serde_json::from_str(data).ok()?;
+    let c = v.pointer("/choices/0/delta/content")?.as_str()?;
+    Some(!c.is_empty())
+}
+
+async fn sse(o: &Opts) -> Result<Value, Err> {
+    let mut s = connect(&o.addr).await?;
+    let (mut ttft, mut gaps, mut mean_gaps) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut chunks_min, mut chunks_max, mut buffered, mut slow_gaps, mut errors) = (usize::MAX, 0, 0, 0, 0);
+    let mut multi_frames = 0;
+    for _ in 0..o.n {
+        let req = request(o, true)?;
+        let t0 = Instant::now();
+        if s.ready().await.is_err() {
+            s = connect(&o.addr).await?;
+        }
+        let resp = s.send_request(req).await?;
+        if !resp.status().is_success() {
+            errors += 1;
+            resp.into_body().collect().await?;
+            continue;
+        }
+        let mut body = resp.into_body();
+        let mut buf: Vec<u8> = Vec::new();
+        let mut times: Vec<Instant> = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame?;
+            let Ok(data) = frame.into_data() else { continue };
+            let now = Instant::now();
+            buf.extend_from_slice(&data);
+            let mut in_frame = 0;
+            // Split complete events ("\n\n"; tolerate "\r\n\r\n").
+            loop {
+                let text = String::from_utf8_lossy(&buf).replace("\r\n", "\n");
+                let Some(end) = text.find("\n\n") else {
+                    buf = text.into_bytes();
+                    break;
+                };
+                let event = text[..end].to_string();
+                buf = text[end + 2..].as_bytes().to_vec();
+                let data: String = event
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(str::trim_start)
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                if content_of(&data) == Some(true) {
+                    times.push(now);
+                    in_frame += 1;
+                }
+            }
+            if in_frame > 1 {
+                multi_frames += 1;
+            }
+        }
+        if let Some(first) = times.first() {
+            ttft.push(first.duration_since(t0).as_secs_f64() * 1e6);
+        }
+        chunks_min = chunks_min.min(times.len());
+        chunks_max = chunks_max.max(times.len());
+        for w in times.windows(2) {
+            let g = w[1].duration_since(w[0]).as_secs_f64() * 1e6;
+            if o.interval_ms > 0.0 && g < o.interval_ms * 1000.0 / 2.0 {
+                buffered += 1;
+            }
+            if g >= 30_000.0 {
+                slow_gaps += 1;
+            }
+            gaps.push(g);
+        }
+        if times.len() > 1 {
+            let span = times[times.len() - 1].duration_since(times[0]).as_secs_f64() * 1e6;
+            mean_gaps.push(span / (times.len() - 1) as f64);
+        }
+    }
+    let slow_ttft = ttft.iter().filter(|t| **t >= 30_000.0).count();
+    Ok(json!({
+        "ttft_us": summary(ttft), "gap_us": summary(gaps), "mean_gap_us": summary(mean_gaps),
+        "chunks_min": if chunks_min == usize::MAX { 0 } else { chunks_min }, "chunks_max": chunks_max,
+        "buffered": buffered, "multi_event_frames": multi_frames,
+        "gaps_over_30ms": slow_gaps, "ttft_over_30ms": slow_ttft, "errors": errors,
+    }))
+}
+
+fn rss_kb(pids: &[u32]) -> u64 {
+    pids.iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse::<u64>().ok()))
+        })
+        .sum()
+}
+
+async fn streams(o: &Opts) -> Result<Value, Err> {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    use std::sync::Arc;
+    let opened = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let rss_before = rss_kb(&o.pids);
+    let deadline = Instant::now() + Duration::from_secs(o.secs);
+    let mut tasks = Vec::new();
+    for _ in 0..o.n {
+        let req = request(o, true)?;
+        let addr = o.addr.clone();
+        let (opened, done, failed) = (opened.clone(), done.clone(), failed.clone());
+        tasks.push(tokio::spawn(async move {
+            let run = async {
+                let mut s = connect(&addr).await?;
+                s.ready().await?;
+                let resp = s.send_request(req).await?;
+                if !resp.status().is_success() {
+                    return Err::<(), Err>(format!("status {}", resp.status()).into());
+                }
+                let mut body = resp.into_body();
+                let mut first = true;
+                while let Some(f) = body.frame().await {
+                    f?;
+                    if first {
+                        opened.fetch_add(1, Relaxed);
+                        first = false;
+                    }
+                }
+                Ok(())
+            };
+            match tokio::time::timeout_at(deadline.into(), run).await {
+                Ok(Ok(())) => done.fetch_add(1, Relaxed),
+                _ => failed.fetch_add(1, Relaxed),
+            };
+        }));
+    }
+    let (mut peak, mut at_all_open, mut max_open) = (0u64, 0u64, 0usize);
+    let mut samples = 0;
+    while Instant::now() < deadline && done.load(Relaxed) + failed.load(Relaxed) < o.n {
+        let r = rss_kb(&o.pids);
+        peak = peak.max(r);
+        let now_open = opened.load(Relaxed) - done.load(Relaxed).min(opened.load(Relaxed));
+        if now_open > max_open {
+            max_open = now_open;
+        }
+        if now_open >= o.n && at_all_open == 0 {
+            at_all_open = r;
+        }
+        samples += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for t in tasks {
+        t.abort();
+    }
+    Ok(json!({
+        "rss_before_kb": rss_before, "rss_peak_kb": peak, "rss_all_open_kb": at_all_open,
+        "max_concurrent_open": max_open, "completed": done.load(Relaxed), "failed": failed.load(Relaxed),
+        "samples": samples,
+    }))
+}
+
+fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(mode) = args.first().cloned() else {
+        eprintln!("usage: bench-client lat|sse|streams ADDR PATH MODEL N [options]");
+        return std::process::ExitCode::from(2);
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("runtime: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let out = rt.block_on(async {
+        let o = parse(&args[1..])?;
+        match mode.as_str() {
+            "lat" => lat(&o).await,
+            "sse" => sse(&o).await,
+            "streams" => streams(&o).await,
+            m => Err(format!("unknown mode {m}").into()),
+        }
+    });
+    match out {
+        Ok(v) => {
+            println!("{v}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("bench-client {mode}: {e}");
+            println!("{}", json!({"error": e.to_string()}));
+            std::process::ExitCode::from(1)
+        }
+    }
+}

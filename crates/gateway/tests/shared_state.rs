@@ -1,0 +1,353 @@
+//! Issue 6 "must show" 1 and 2: replicas share breaker state through a real `redis-server`, and a
+//! Redis outage never fails a caller request.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{behaviours, status, Env};
+use sidetrack_gateway::{Clock, GatewayOptions, RoutingLog};
+use sidetrack_mock::MockConfig;
+
+/// A throwaway `redis-server` on a free loopback port (installed by `.ci/run`).
+struct Redis {
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Redis {
+    fn start() -> Redis {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut r = Redis { port, child: None };
+        r.restart();
+        r
+    }
+
+    fn restart(&mut self) {
+        let bin = std::env::var("SIDETRACK_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let child = Command::new(&bin)
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start {bin} ({e}): run `bash .ci/run`, which installs redis-server")
+            });
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn config(redis: &str) -> String {
+    format!(
+        r#"
+state:
+  redis: {{ url: "{redis}", keyPrefix: "t{pid}:", syncMilliseconds: 50, budgetMilliseconds: 50 }}
+targets:
+  - name: up
+    provider: openai
+    baseUrl: ${{MOCK}}/v1
+    models: ["m-*"]
+    circuitBreaker: {{ consecutiveFailures: 3, openMilliseconds: 60000 }}
+rules:
+  - name: r
+    priority: 1
+    matchModels: ["ask"]
+    routeToTarget:
+      staticRoute: {{ target: up, model: m-p }}
+      fallback: {{ targetFallback: [ {{ target: up, model: m-f }} ] }}
+"#,
+        pid = std::process::id()
+    )
+}
+
+/// A second gateway on the same mock and config (another replica).
+async fn replica(env: &Env, yaml: &str) -> sidetrack_gateway::GatewayHandle {
+    let src = yaml.replace("${MOCK}", &env.mock.base_url());
+    let cfg = sidetrack_config::load_str(&src, "replica.yaml").unwrap();
+    let options = GatewayOptions {
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        admin: Some("127.0.0.1:0".parse().unwrap()),
+        clock: Clock::real(),
+        seed: Some(11),
+        reload: None,
+    };
+    sidetrack_gateway::start(cfg, RoutingLog::memory(), options)
+        .await
+        .unwrap()
+}
+
+async fn get_json(url: &str) -> serde_json::Value {
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let resp = client.get(url.parse().unwrap()).await.unwrap();
+    use http_body_util::BodyExt;
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null)
+}
+
+async fn metrics_text(admin: &str) -> String {
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let resp = client
+        .get(format!("{admin}/metrics").parse().unwrap())
+        .await
+        .unwrap();
+    use http_body_util::BodyExt;
+    String::from_utf8_lossy(&resp.into_body().collect().await.unwrap().to_bytes()).into_owned()
+}
+
+async fn state_of(admin: &str, model: &str) -> String {
+    let v = get_json(&format!("{admin}/admin/destinations")).await;
+    v["destinations"]
+        .as_array()
+        .and_then(|a| a.iter().find(|d| d["model"] == model))
+        .and_then(|d| d["state"].as_str())
+        .unwrap_or("?")
+        .to_owned()
+}
+
+/// Polls `cond` (bounded) until it holds.
+async fn eventually<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !cond().await {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn post_to(base: &str) -> u16 {
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let body = serde_json::json!({"model": "ask", "messages": []}).to_string();
+    let req = http::Request::post(format!("{base}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .unwrap();
+    client
+        .request(req)
+        .await
+        .map(|r| r.status().as_u16())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_breaker_opened_by_one_replica_is_skipped_by_the_other() {
+    let redis = Redis::start();
+    let yaml = config(&redis.url());
+    let a = common::start(&yaml, behaviours(&[("m-p", status(503))])).await;
+    let b = replica(&a, &yaml).await;
+    for _ in 0..3 {
+        assert_eq!(a.chat("ask", false).await.status, 200);
+    }
+    assert_eq!(a.breaker("up", "m-p").await, "OPEN");
+    let b_admin = b.admin_url();
+    eventually("replica B adopts the open breaker", || async {
+        state_of(&b_admin, "m-p").await == "OPEN"
+    })
+    .await;
+    let hits = a.hits("m-p");
+    for _ in 0..10 {
+        assert_eq!(post_to(&b.base_url()).await, 200);
+    }
+    assert_eq!(
+        a.hits("m-p"),
+        hits,
+        "replica B never called the destination replica A opened"
+    );
+    assert!(metrics_text(&b_admin)
+        .await
+        .contains("sidetrack_state_backend_up 1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_outage_fails_no_request_and_state_converges_after() {
+    let mut redis = Redis::start();
+    let yaml = config(&redis.url());
+    let a = common::start(&yaml, MockConfig::default()).await;
+    let b = replica(&a, &yaml).await;
+    let (a_base, b_base) = (a.gw.base_url(), b.base_url());
+    let (a_admin, b_admin) = (a.gw.admin_url(), b.admin_url());
+
+    // Steady load on both replicas for the whole outage.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = Vec::new();
+    for base in [a_base.clone(), b_base.clone()] {
+        let stop = stop.clone();
+        load.push(tokio::spawn(async move {
+            let (mut ok, mut failed) = (0u32, 0u32);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if post_to(&base).await == 200 {
+                    ok += 1
+                } else {
+                    failed += 1
+                }
+            }
+            (ok, failed)
+        }));
+    }
+
+    redis.kill();
+    eventually("replica A reports the backend down", || async {
+        metrics_text(&a_admin)
+            .await
+            .contains("sidetrack_state_backend_up 0")
+    })
+    .await;
+    // While Redis is down, replica A sees the primary fail and opens its breaker locally.
+    a.mock.set_behaviour("m-p", status(503));
+    eventually("replica A opens m-p on local state", || async {
+        state_of(&a_admin, "m-p").await == "OPEN"
+    })
+    .await;
+    a.mock
+        .set_behaviour("m-p", sidetrack_mock::Behaviour::default());
+
+    redis.restart();
+    for admin in [&a_admin, &b_admin] {
+        eventually("backend up again", || async {
+            metrics_text(admin)
+                .await
+                .contains("sidetrack_state_backend_up 1")
+        })
+        .await;
+    }
+    eventually("replica B converges to A's open breaker", || async {
+        state_of(&b_admin, "m-p").await == "OPEN"
+    })
+    .await;
+
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut total = 0;
+    for h in load {
+        let (ok, failed) = h.await.unwrap();
+        assert_eq!(failed, 0, "no caller request failed because Redis did");
+        total += ok;
+    }
+    assert!(total > 20, "the load ran throughout: {total} requests");
+}
+
+async fn post_as(
+    base: &str,
+    path: &str,
+    key: &str,
+    body: serde_json::Value,
+) -> (u16, http::HeaderMap, String) {
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let req = http::Request::post(format!("{base}{path}"))
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {key}"))
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            body.to_string(),
+        )))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    let (status, headers) = (resp.status().as_u16(), resp.headers().clone());
+    use http_body_util::BodyExt;
+    let text =
+        String::from_utf8_lossy(&resp.into_body().collect().await.unwrap().to_bytes()).into_owned();
+    (status, headers, text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_limit_holds_across_two_replicas() {
+    let redis = Redis::start();
+    let yaml = format!(
+        r#"
+state:
+  redis: {{ url: "{url}", keyPrefix: "rl{pid}:" }}
+auth:
+  keys:
+    - {{ principal: capped, key: capped-key, limits: {{ requestsPerMinute: 60 }} }}
+targets:
+  - {{ name: up, provider: openai, baseUrl: "${{MOCK}}/v1", models: ["m-*"] }}
+  - {{ name: claude, provider: anthropic, baseUrl: "${{MOCK}}", apiKey: k, models: ["claude-*"] }}
+"#,
+        url = redis.url(),
+        pid = std::process::id()
+    );
+    let a = common::start(&yaml, MockConfig::default()).await;
+    let b = replica(&a, &yaml).await;
+    let chat = serde_json::json!({"model": "m-x", "messages": []});
+    for i in 0..60 {
+        let base = if i % 2 == 0 {
+            a.gw.base_url()
+        } else {
+            b.base_url()
+        };
+        let (status, _, body) =
+            post_as(&base, "/v1/chat/completions", "capped-key", chat.clone()).await;
+        assert_eq!(status, 200, "request {i}: {body}");
+    }
+    // The 61st, on either replica, in the caller's own dialect, with Retry-After.
+    let (status, headers, body) = post_as(
+        &b.base_url(),
+        "/v1/chat/completions",
+        "capped-key",
+        chat.clone(),
+    )
+    .await;
+    assert_eq!(status, 429, "{body}");
+    let retry: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry), "Retry-After {retry}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["type"], "rate_limit_error");
+    let messages = serde_json::json!({"model": "claude-x", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]});
+    let (status, headers, body) =
+        post_as(&a.gw.base_url(), "/v1/messages", "capped-key", messages).await;
+    assert_eq!(status, 429, "{body}");
+    assert!(headers.contains_key("retry-after"));
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (v["type"].as_str(), v["error"]["type"].as_str()),
+        (Some("error"), Some("rate_limit_error"))
+    );
+    assert_eq!(
+        a.mock.total_hits(),
+        60,
+        "no upstream attempt for the rejected requests"
+    );
+    let rec = a.record(31).await;
+    assert_eq!(rec.reason, "gatewayRejected:rateLimited");
+}
