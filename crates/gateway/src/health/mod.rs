@@ -181,7 +181,8 @@ pub struct Snapshot {
 pub struct Health {
     clock: Clock,
     metrics: Arc<Metrics>,
-    dests: RwLock<HashMap<(String, String), Arc<DestHealth>>>,
+    /// target → model → health: two borrowed-`&str` lookups, no allocation on the request path.
+    dests: RwLock<HashMap<String, HashMap<String, Arc<DestHealth>>>>,
     /// Breaker policy per target name (from the current config).
     policies: RwLock<HashMap<String, BreakerConfig>>,
     /// Compiled `unhealthyCondition` per target that sets one.
@@ -227,11 +228,9 @@ impl Health {
             .iter()
             .map(|t| (t.name.clone(), breaker_config(&t.circuit_breaker)))
             .collect();
-        if let Ok(dests) = self.dests.read() {
-            for ((target, _), d) in dests.iter() {
-                if let (Some(p), Ok(mut inner)) = (policies.get(target), d.inner.lock()) {
-                    inner.breaker.set_config(p.clone());
-                }
+        for d in self.all() {
+            if let (Some(p), Ok(mut inner)) = (policies.get(&d.target), d.inner.lock()) {
+                inner.breaker.set_config(p.clone());
             }
         }
         if let Ok(mut w) = self.policies.write() {
@@ -262,11 +261,8 @@ impl Health {
 
     /// The destination's health, created on first use.
     pub fn get(&self, target: &str, model: &str) -> Arc<DestHealth> {
-        if let Ok(r) = self.dests.read() {
-            // Borrowed lookup without allocating: scan by parts.
-            if let Some(d) = r.get(&(target.to_owned(), model.to_owned())) {
-                return d.clone();
-            }
+        if let Some(d) = self.find(target, model) {
+            return d;
         }
         let cfg = self
             .policies
@@ -278,7 +274,9 @@ impl Health {
             Ok(w) => w,
             Err(p) => p.into_inner(),
         };
-        w.entry((target.to_owned(), model.to_owned()))
+        w.entry(target.to_owned())
+            .or_default()
+            .entry(model.to_owned())
             .or_insert_with(|| {
                 self.metrics.breaker_state(target, model, 0);
                 Arc::new(DestHealth::new(target, model, cfg))
@@ -288,11 +286,15 @@ impl Health {
 
     /// Looks up a destination without creating it.
     pub fn find(&self, target: &str, model: &str) -> Option<Arc<DestHealth>> {
-        self.dests
-            .read()
-            .ok()?
-            .get(&(target.to_owned(), model.to_owned()))
-            .cloned()
+        self.dests.read().ok()?.get(target)?.get(model).cloned()
+    }
+
+    /// Every destination known so far.
+    fn all(&self) -> Vec<Arc<DestHealth>> {
+        match self.dests.read() {
+            Ok(d) => d.values().flat_map(|m| m.values().cloned()).collect(),
+            Err(_) => Vec::new(),
+        }
     }
 
     /// May the walk attempt `d` now? Takes the half-open probe slot when that is what it gets.
@@ -453,10 +455,7 @@ impl Health {
         let Some(store) = self.shared.clone() else {
             return;
         };
-        let dests: Vec<Arc<DestHealth>> = match self.dests.read() {
-            Ok(d) => d.values().cloned().collect(),
-            Err(_) => return,
-        };
+        let dests = self.all();
         let keys: Vec<String> = dests
             .iter()
             .map(|d| store.breaker_key(&d.target, &d.model))
@@ -536,11 +535,9 @@ impl Health {
 
     pub fn snapshot(&self) -> Vec<Snapshot> {
         let now = self.now();
-        let Ok(dests) = self.dests.read() else {
-            return Vec::new();
-        };
-        let mut out: Vec<Snapshot> = dests
-            .values()
+        let mut out: Vec<Snapshot> = self
+            .all()
+            .into_iter()
             .filter_map(|d| {
                 let i = d.inner.lock().ok()?;
                 let state = i.breaker.state(now);
