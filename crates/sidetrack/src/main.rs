@@ -176,31 +176,12 @@ fn config_path(flag: Option<PathBuf>) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("sidetrack.yaml"))
 }
 
-/// Features the config accepts (validated) but this build cannot run yet.
-fn unsupported(cfg: &Config) -> Vec<&'static str> {
-    let mut out = Vec::new();
-    if cfg.logging.otlp_endpoint.is_some() {
-        out.push("logging.otlpEndpoint (OTLP traces)");
-    }
-    if cfg
-        .auth
-        .as_ref()
-        .is_some_and(|a| a.keys.iter().any(|k| k.limits.is_some()))
-    {
-        out.push("auth.keys[].limits (gateway rate limits)");
-    }
-    out
-}
-
 async fn serve(config: Option<PathBuf>, drain_delay: Duration) -> ExitCode {
     let path = config_path(config);
     let cfg = match load_for_serve(&path) {
         Ok(c) => c,
         Err(LoadError::Invalid(errors)) => {
             return fail(INVALID, &format!("invalid config:\n{errors}"))
-        }
-        Err(LoadError::Unsupported(msg)) => {
-            return fail(INVALID, &format!("{}: {msg}", path.display()))
         }
     };
     init_tracing(&cfg.logging.level);
@@ -246,14 +227,12 @@ async fn serve(config: Option<PathBuf>, drain_delay: Duration) -> ExitCode {
 /// Why a config file cannot be (re)loaded.
 enum LoadError {
     Invalid(sidetrack_config::ConfigErrors),
-    Unsupported(String),
 }
 
 impl std::fmt::Display for LoadError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             LoadError::Invalid(errors) => write!(f, "{errors}"),
-            LoadError::Unsupported(msg) => f.write_str(msg),
         }
     }
 }
@@ -261,16 +240,7 @@ impl std::fmt::Display for LoadError {
 /// Loads and validates the config file the way `serve` needs it: at start, on SIGHUP, on a file
 /// change (`server.watchConfig`) and for `POST /admin/reload`.
 fn load_for_serve(path: &std::path::Path) -> Result<Config, LoadError> {
-    let cfg = sidetrack_config::load_file(path).map_err(LoadError::Invalid)?;
-    let missing = unsupported(&cfg);
-    if missing.is_empty() {
-        Ok(cfg)
-    } else {
-        Err(LoadError::Unsupported(format!(
-            "not supported yet in this build: {}",
-            missing.join("; ")
-        )))
-    }
+    sidetrack_config::load_file(path).map_err(LoadError::Invalid)
 }
 
 /// Re-reads the config file and swaps it in atomically; a bad file is logged and the old config
@@ -322,6 +292,9 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     }
     if format!("{:?}", old.logging.routing) != format!("{:?}", new.logging.routing) {
         out.push("logging.routing");
+    }
+    if old.logging.otlp_endpoint != new.logging.otlp_endpoint {
+        out.push("logging.otlpEndpoint");
     }
     out
 }

@@ -511,12 +511,12 @@ impl Metrics {
         self.breaker_transitions.get_or_create(&labels).inc();
     }
 
-    /// Counts a request in flight until the returned guard is dropped.
     /// Whether the shared state store answered its last call in time.
     pub fn state_backend_up(&self, up: bool) {
         self.state_backend_up.set(i64::from(up));
     }
 
+    /// Counts a request in flight until the returned guard is dropped.
     pub fn in_flight(&self) -> InFlightGuard {
         self.in_flight.inc();
         InFlightGuard {
