@@ -294,13 +294,7 @@ pub async fn walk(input: WalkInput<'_>) -> WalkOutput {
         input
             .health
             .record(&health, verdict, probe, attempt.first_byte);
-        input.metrics.attempt(
-            &dest.target.name,
-            &dest.model,
-            attempt.outcome.label(),
-            attempt.duration,
-            attempt.first_byte,
-        );
+        health.metrics.attempt(attempt.outcome.label(), attempt.duration, attempt.first_byte);
         out.attempts.push(AttemptRecord {
             hop: hop.index,
             target: dest.target.name.clone(),

@@ -19,7 +19,7 @@ use sidetrack_resilience::{
 pub use clock::Clock;
 use store::{unix_ms, RedisState};
 
-use crate::observe::metrics::Metrics;
+use crate::observe::metrics::{DestMetrics, Metrics};
 
 /// Weight of the newest time-to-first-byte sample (same α as the health score).
 const TTFB_ALPHA: f64 = 0.3;
@@ -45,6 +45,8 @@ struct Inner {
 
 /// The health of one destination.
 pub struct DestHealth {
+    /// Its metric handles (no label lookups on the request path).
+    pub metrics: DestMetrics,
     pub target: String,
     pub model: String,
     inner: Mutex<Inner>,
@@ -108,8 +110,9 @@ impl Drop for InFlight {
 }
 
 impl DestHealth {
-    fn new(target: &str, model: &str, cfg: BreakerConfig) -> DestHealth {
+    fn new(target: &str, model: &str, cfg: BreakerConfig, metrics: DestMetrics) -> DestHealth {
         DestHealth {
+            metrics,
             target: target.to_owned(),
             model: model.to_owned(),
             inner: Mutex::new(Inner {
@@ -279,7 +282,7 @@ impl Health {
             .entry(model.to_owned())
             .or_insert_with(|| {
                 self.metrics.breaker_state(target, model, 0);
-                Arc::new(DestHealth::new(target, model, cfg))
+                Arc::new(DestHealth::new(target, model, cfg, self.metrics.destination(target, model)))
             })
             .clone()
     }

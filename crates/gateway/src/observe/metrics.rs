@@ -12,6 +12,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
@@ -473,6 +474,21 @@ impl Metrics {
         }
     }
 
+    /// One destination's handles, looked up once and kept with the destination's health, so the
+    /// request path records an attempt without building label sets or allocating.
+    pub fn destination(&self, target: &str, model: &str) -> DestMetrics {
+        let labels = DestinationLabels::new(target, model);
+        DestMetrics {
+            attempt_duration: self.attempt_duration.get_or_create(&labels).clone(),
+            time_to_first_byte: self.time_to_first_byte.get_or_create(&labels).clone(),
+            attempts_family: self.attempts.clone(),
+            tokens_family: self.tokens.clone(),
+            attempts: Default::default(),
+            tokens: Default::default(),
+            labels,
+        }
+    }
+
     /// A request whose response came from fallback hop `hop` (≥ 1). `rule` as in [`Metrics::request`].
     pub fn fallback(&self, rule: &str, hop: usize) {
         let labels = FallbackLabels {
@@ -555,6 +571,56 @@ impl Metrics {
             tracing::warn!(error = %e, "encoding metrics failed");
         }
         out
+    }
+}
+
+/// The metric handles of one destination (see [`Metrics::destination`]). Series per outcome and
+/// token direction are created on first use, so /metrics shows only what happened.
+#[derive(Debug)]
+pub struct DestMetrics {
+    labels: DestinationLabels,
+    attempt_duration: Histogram,
+    time_to_first_byte: Histogram,
+    attempts_family: Family<AttemptLabels, Counter>,
+    tokens_family: Family<TokenLabels, Counter>,
+    attempts: [OnceLock<Counter>; 6],
+    tokens: [OnceLock<Counter>; 2],
+}
+
+impl DestMetrics {
+    /// Same as [`Metrics::attempt`] for this destination.
+    pub fn attempt(&self, outcome: &str, duration: Duration, first_byte: Option<Duration>) {
+        let outcome = AttemptOutcome::parse(outcome);
+        self.attempts[outcome as usize]
+            .get_or_init(|| {
+                let labels = AttemptLabels {
+                    target: self.labels.target.clone(),
+                    model: self.labels.model.clone(),
+                    outcome,
+                };
+                self.attempts_family.get_or_create(&labels).clone()
+            })
+            .inc();
+        self.attempt_duration.observe(duration.as_secs_f64());
+        if let Some(ttfb) = first_byte {
+            self.time_to_first_byte.observe(ttfb.as_secs_f64());
+        }
+    }
+
+    /// Same as [`Metrics::tokens`] for this destination.
+    pub fn tokens(&self, input: u64, output: u64) {
+        for (i, (direction, n)) in [(Direction::Input, input), (Direction::Output, output)].into_iter().enumerate() {
+            self.tokens[i]
+                .get_or_init(|| {
+                    let labels = TokenLabels {
+                        target: self.labels.target.clone(),
+                        model: self.labels.model.clone(),
+                        direction,
+                    };
+                    self.tokens_family.get_or_create(&labels).clone()
+                })
+                .inc_by(n);
+        }
     }
 }
 

@@ -418,7 +418,10 @@ fn finish_record(
         elapsed,
     );
     if let (Some(u), Some(s)) = (&rec.usage, &rec.served_by) {
-        m.tokens(&s.target, &s.model, u.input_tokens, u.output_tokens);
+        match shared.health.find(&s.target, &s.model) {
+            Some(d) => d.metrics.tokens(u.input_tokens, u.output_tokens),
+            None => m.tokens(&s.target, &s.model, u.input_tokens, u.output_tokens),
+        }
     }
     if let Some(start) = trace_start {
         let provider = rec.served_by.as_ref().and_then(|s| {
