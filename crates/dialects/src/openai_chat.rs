@@ -578,7 +578,7 @@ fn usage_json(u: Usage) -> serde_json::Value {
     json!({
         "prompt_tokens": u.input_tokens,
         "completion_tokens": u.output_tokens,
-        "total_tokens": u.input_tokens + u.output_tokens,
+        "total_tokens": u.input_tokens.saturating_add(u.output_tokens),
         "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
         "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
             "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},

@@ -450,7 +450,7 @@ fn usage_json(u: Usage) -> serde_json::Value {
         "input_tokens_details": {"cached_tokens": 0},
         "output_tokens": u.output_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": u.input_tokens + u.output_tokens,
+        "total_tokens": u.input_tokens.saturating_add(u.output_tokens),
     })
 }
 

@@ -568,7 +568,7 @@ fn usage_json(u: Usage) -> Value {
     json!({
         "inputTokens": u.input_tokens,
         "outputTokens": u.output_tokens,
-        "totalTokens": u.input_tokens + u.output_tokens,
+        "totalTokens": u.input_tokens.saturating_add(u.output_tokens),
     })
 }
 

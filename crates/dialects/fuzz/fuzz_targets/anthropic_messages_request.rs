@@ -1,0 +1,27 @@
+//! Anthropic Messages (`/v1/messages`) caller bodies: `Dialect::parse_request` (`ParsedRequest::parse_json_top`), the model
+//! rewrite, `to_canonical`, and rendering what parsed into every dialect.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use sidetrack_dialects::{anthropic_messages, Dialect};
+
+const ALL: [Dialect; 5] = [
+    Dialect::OpenAiChat,
+    Dialect::OpenAiResponses,
+    Dialect::AnthropicMessages,
+    Dialect::BedrockInvoke,
+    Dialect::BedrockConverse,
+];
+
+fuzz_target!(|data: &[u8]| {
+    let body = bytes::Bytes::copy_from_slice(data);
+    let Ok(p) = Dialect::AnthropicMessages.parse_request(body, None, false) else {
+        return;
+    };
+    let _ = p.body_with_model("other-model");
+    if let Ok(req) = anthropic_messages::to_canonical(&p) {
+        for d in ALL {
+            let _ = d.request_body(&req);
+        }
+    }
+});

@@ -1,0 +1,26 @@
+//! Anthropic Messages (`/v1/messages`) provider bodies: `parse_response` (rendered into every dialect), `response_usage`
+//! and `parse_error`.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use sidetrack_dialects::{anthropic_messages, Dialect};
+
+const ALL: [Dialect; 5] = [
+    Dialect::OpenAiChat,
+    Dialect::OpenAiResponses,
+    Dialect::AnthropicMessages,
+    Dialect::BedrockInvoke,
+    Dialect::BedrockConverse,
+];
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(resp) = anthropic_messages::parse_response(data) {
+        for d in ALL {
+            let _ = d.render_response(&resp);
+        }
+    }
+    let _ = anthropic_messages::response_usage(data);
+    for status in [200, 400, 429, 500, 529] {
+        let _ = anthropic_messages::parse_error(status, data);
+    }
+});

@@ -1,0 +1,39 @@
+//! Anthropic Messages (`/v1/messages`) provider streams: `StreamDecoder::push` fed in pieces whose size is the first input
+//! byte, every decoded event re-encoded by every dialect's encoder, and the same bytes through
+//! `SseDecoder` into `classify_stream_event`.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use sidetrack_dialects::sse::SseDecoder;
+use sidetrack_dialects::translate::Encode;
+use sidetrack_dialects::{anthropic_messages, Dialect};
+
+const ALL: [Dialect; 5] = [
+    Dialect::OpenAiChat,
+    Dialect::OpenAiResponses,
+    Dialect::AnthropicMessages,
+    Dialect::BedrockInvoke,
+    Dialect::BedrockConverse,
+];
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&step, rest)) = data.split_first() else {
+        return;
+    };
+    let step = usize::from(step).max(1);
+    let mut d = anthropic_messages::StreamDecoder::new();
+    let mut encoders: Vec<Box<dyn Encode>> =
+        ALL.iter().map(|d| d.stream_encoder("id", "m")).collect();
+    let mut sse = SseDecoder::new();
+    for piece in rest.chunks(step) {
+        for ev in d.push(piece) {
+            for e in &mut encoders {
+                let _ = e.encode(&ev);
+            }
+        }
+        sse.push(piece);
+        while let Some(ev) = sse.next_event() {
+            let _ = anthropic_messages::classify_stream_event(&ev);
+        }
+    }
+});
