@@ -294,7 +294,11 @@ pub async fn walk(input: WalkInput<'_>) -> WalkOutput {
         input
             .health
             .record(&health, verdict, probe, attempt.first_byte);
-        health.metrics.attempt(attempt.outcome.label(), attempt.duration, attempt.first_byte);
+        health.metrics.attempt(
+            attempt.outcome.label(),
+            attempt.duration,
+            attempt.first_byte,
+        );
         out.attempts.push(AttemptRecord {
             hop: hop.index,
             target: dest.target.name.clone(),

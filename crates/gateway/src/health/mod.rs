@@ -282,7 +282,12 @@ impl Health {
             .entry(model.to_owned())
             .or_insert_with(|| {
                 self.metrics.breaker_state(target, model, 0);
-                Arc::new(DestHealth::new(target, model, cfg, self.metrics.destination(target, model)))
+                Arc::new(DestHealth::new(
+                    target,
+                    model,
+                    cfg,
+                    self.metrics.destination(target, model),
+                ))
             })
             .clone()
     }

@@ -609,7 +609,10 @@ impl DestMetrics {
 
     /// Same as [`Metrics::tokens`] for this destination.
     pub fn tokens(&self, input: u64, output: u64) {
-        for (i, (direction, n)) in [(Direction::Input, input), (Direction::Output, output)].into_iter().enumerate() {
+        for (i, (direction, n)) in [(Direction::Input, input), (Direction::Output, output)]
+            .into_iter()
+            .enumerate()
+        {
             self.tokens[i]
                 .get_or_init(|| {
                     let labels = TokenLabels {
