@@ -230,15 +230,9 @@ pub fn denied_by<'a>(
     model: &str,
     principal: &str,
 ) -> Option<&'a sidetrack_config::Rule> {
-    cfg.rules.iter().find(|rule| {
-        rule.match_models
-            .as_ref()
-            .is_none_or(|m| matcher_matches(m, model))
-            && rule
-                .match_principals
-                .as_ref()
-                .is_some_and(|m| !matcher_matches(m, principal))
-    })
+    cfg.rules
+        .iter()
+        .find(|rule| models_match(rule, model) && !principals_match(rule, principal))
 }
 
 /// The first rule (ascending priority) whose conditions all match.
@@ -247,15 +241,23 @@ pub fn find_rule<'a>(
     model: &str,
     principal: &str,
 ) -> Option<&'a sidetrack_config::Rule> {
-    cfg.rules.iter().find(|rule| {
-        rule.match_models
-            .as_ref()
-            .is_none_or(|m| matcher_matches(m, model))
-            && rule
-                .match_principals
-                .as_ref()
-                .is_none_or(|m| matcher_matches(m, principal))
-    })
+    cfg.rules
+        .iter()
+        .find(|rule| models_match(rule, model) && principals_match(rule, principal))
+}
+
+/// A rule without `matchModels` matches every model.
+fn models_match(rule: &sidetrack_config::Rule, model: &str) -> bool {
+    rule.match_models
+        .as_ref()
+        .is_none_or(|m| matcher_matches(m, model))
+}
+
+/// A rule without `matchPrincipals` matches every principal.
+fn principals_match(rule: &sidetrack_config::Rule, principal: &str) -> bool {
+    rule.match_principals
+        .as_ref()
+        .is_none_or(|m| matcher_matches(m, principal))
 }
 
 /// `target-name/model` pins that target (checked before rules: an explicit pin wins).

@@ -98,7 +98,11 @@ impl RelayBody {
             let mut end = std::mem::take(&mut self.end);
             end.usage = match (&self.pipe, self.capture.take()) {
                 (Some(p), _) => p.state().usage,
-                (None, Some((chunks, _))) => self.caller.response_usage(&chunks.concat()),
+                (None, Some((chunks, _))) => match chunks.as_slice() {
+                    // Most JSON answers arrive in one frame: read it in place, no copy.
+                    [one] => self.caller.response_usage(one),
+                    many => self.caller.response_usage(&many.concat()),
+                },
                 _ => None,
             };
             f.finish(end);
