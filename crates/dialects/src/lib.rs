@@ -77,3 +77,21 @@ pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
 }
+
+/// Usage as Anthropic Messages and OpenAI Responses write it (`input_tokens`, `output_tokens`).
+#[derive(serde::Deserialize, Default)]
+pub(crate) struct InputOutputUsage {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+}
+
+impl InputOutputUsage {
+    pub(crate) fn canonical(self) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+        }
+    }
+}

@@ -21,6 +21,7 @@ use crate::openai_chat::{
 };
 use crate::request::ParsedRequest;
 use crate::sse::{self, SseEvent};
+use crate::InputOutputUsage as WireUsage;
 use crate::Usage;
 
 pub const PATH: &str = "/v1/responses";
@@ -1153,23 +1154,6 @@ struct WireResponse {
     incomplete_details: Option<serde_json::Value>,
     #[serde(default)]
     usage: Option<WireUsage>,
-}
-
-#[derive(Deserialize, Default)]
-struct WireUsage {
-    #[serde(default)]
-    input_tokens: u64,
-    #[serde(default)]
-    output_tokens: u64,
-}
-
-impl WireUsage {
-    fn canonical(self) -> Usage {
-        Usage {
-            input_tokens: self.input_tokens,
-            output_tokens: self.output_tokens,
-        }
-    }
 }
 
 #[derive(Serialize)]
