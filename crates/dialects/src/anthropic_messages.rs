@@ -276,12 +276,7 @@ pub fn render_response(resp: &ChatResponse) -> Bytes {
 
 /// Usage of a non-stream `Message`.
 pub fn response_usage(body: &[u8]) -> Option<Usage> {
-    #[derive(Deserialize)]
-    struct R {
-        usage: Option<WireUsage>,
-    }
-    let r: R = serde_json::from_slice(body).ok()?;
-    r.usage.map(WireUsage::canonical)
+    WireUsage::of_response(body)
 }
 
 pub(crate) fn stop_from_wire(reason: Option<&str>) -> StopReason {

@@ -88,6 +88,16 @@ pub(crate) struct InputOutputUsage {
 }
 
 impl InputOutputUsage {
+    /// The `usage` object of a whole non-streamed answer.
+    pub(crate) fn of_response(body: &[u8]) -> Option<Usage> {
+        #[derive(serde::Deserialize)]
+        struct R {
+            usage: Option<InputOutputUsage>,
+        }
+        let r: R = serde_json::from_slice(body).ok()?;
+        r.usage.map(InputOutputUsage::canonical)
+    }
+
     pub(crate) fn canonical(self) -> Usage {
         Usage {
             input_tokens: self.input_tokens,

@@ -550,12 +550,7 @@ pub fn render_response_at(resp: &ChatResponse, created: u64) -> Bytes {
 
 /// Usage of a non-stream Response object.
 pub fn response_usage(body: &[u8]) -> Option<Usage> {
-    #[derive(Deserialize)]
-    struct R {
-        usage: Option<WireUsage>,
-    }
-    let r: R = serde_json::from_slice(body).ok()?;
-    r.usage.map(WireUsage::canonical)
+    WireUsage::of_response(body)
 }
 
 /// What one upstream Responses SSE event means for the commit decision (SPEC §5.6).

@@ -16,32 +16,13 @@ use sidetrack_dialects::Dialect;
 
 use super::{finish, post, secret_header, BuildError, Outbound};
 
-/// Percent-encodes a model id for the path as botocore does (everything but unreserved characters),
-/// so `:` becomes `%3A` and an ARN's `/` becomes `%2F`.
-pub fn encode_model_id(id: &str) -> String {
-    let mut out = String::with_capacity(id.len() * 3);
-    for b in id.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 pub fn request(out: Outbound<'_>) -> Result<http::Request<Full<Bytes>>, BuildError> {
-    let op = match (out.format, out.stream) {
-        (Dialect::BedrockInvoke, false) => "invoke",
-        (Dialect::BedrockInvoke, true) => "invoke-with-response-stream",
-        (_, false) => "converse",
-        (_, true) => "converse-stream",
+    // The dialect modules own the paths (and botocore-style model-id encoding).
+    let path = match out.format {
+        Dialect::BedrockInvoke => sidetrack_dialects::bedrock::invoke::path(out.model, out.stream),
+        _ => sidetrack_dialects::bedrock::converse::path(out.model, out.stream),
     };
-    let url = format!(
-        "{}/model/{}/{op}",
-        out.target.base_url,
-        encode_model_id(out.model)
-    );
+    let url = format!("{}{path}", out.target.base_url);
     let mut b =
         post(url.clone()).header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     b = b.header(
@@ -124,21 +105,4 @@ fn sign_v4(
     let (instructions, _signature) = sign(signable, &params).map_err(|e| fail(&e))?.into_parts();
     instructions.apply_to_request_http1x(req);
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::encode_model_id;
-
-    #[test]
-    fn model_ids_are_encoded_like_botocore() {
-        assert_eq!(
-            encode_model_id("us.anthropic.claude-haiku-4-5-v1:0"),
-            "us.anthropic.claude-haiku-4-5-v1%3A0"
-        );
-        assert_eq!(
-            encode_model_id("arn:aws:bedrock:us-east-1:1:inference-profile/x"),
-            "arn%3Aaws%3Abedrock%3Aus-east-1%3A1%3Ainference-profile%2Fx"
-        );
-    }
 }
