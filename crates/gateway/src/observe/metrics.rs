@@ -454,24 +454,8 @@ impl Metrics {
         duration: Duration,
         first_byte: Option<Duration>,
     ) {
-        let labels = AttemptLabels {
-            target: target.to_owned(),
-            model: model.to_owned(),
-            outcome: AttemptOutcome::parse(outcome),
-        };
-        self.attempts.get_or_create(&labels).inc();
-        let dest = DestinationLabels {
-            target: labels.target,
-            model: labels.model,
-        };
-        self.attempt_duration
-            .get_or_create(&dest)
-            .observe(duration.as_secs_f64());
-        if let Some(ttfb) = first_byte {
-            self.time_to_first_byte
-                .get_or_create(&dest)
-                .observe(ttfb.as_secs_f64());
-        }
+        self.destination(target, model)
+            .attempt(outcome, duration, first_byte);
     }
 
     /// One destination's handles, looked up once and kept with the destination's health, so the
@@ -479,8 +463,10 @@ impl Metrics {
     pub fn destination(&self, target: &str, model: &str) -> DestMetrics {
         let labels = DestinationLabels::new(target, model);
         DestMetrics {
-            attempt_duration: self.attempt_duration.get_or_create(&labels).clone(),
-            time_to_first_byte: self.time_to_first_byte.get_or_create(&labels).clone(),
+            attempt_duration_family: self.attempt_duration.clone(),
+            time_to_first_byte_family: self.time_to_first_byte.clone(),
+            attempt_duration: OnceLock::new(),
+            time_to_first_byte: OnceLock::new(),
             attempts_family: self.attempts.clone(),
             tokens_family: self.tokens.clone(),
             attempts: Default::default(),
@@ -550,14 +536,7 @@ impl Metrics {
     /// Usage reported by the upstream. Both directions are recorded (also when 0) so the series
     /// exist from a destination's first response.
     pub fn tokens(&self, target: &str, model: &str, input: u64, output: u64) {
-        let mut labels = TokenLabels {
-            target: target.to_owned(),
-            model: model.to_owned(),
-            direction: Direction::Input,
-        };
-        self.tokens.get_or_create(&labels).inc_by(input);
-        labels.direction = Direction::Output;
-        self.tokens.get_or_create(&labels).inc_by(output);
+        self.destination(target, model).tokens(input, output);
     }
 
     /// The Prometheus text exposition of every metric; serve it with [`Metrics::CONTENT_TYPE`].
@@ -574,13 +553,15 @@ impl Metrics {
     }
 }
 
-/// The metric handles of one destination (see [`Metrics::destination`]). Series per outcome and
-/// token direction are created on first use, so /metrics shows only what happened.
+/// The metric handles of one destination (see [`Metrics::destination`]). Every series is created
+/// on first use, so /metrics shows only what happened.
 #[derive(Debug)]
 pub struct DestMetrics {
     labels: DestinationLabels,
-    attempt_duration: Histogram,
-    time_to_first_byte: Histogram,
+    attempt_duration_family: HistogramFamily<DestinationLabels>,
+    time_to_first_byte_family: HistogramFamily<DestinationLabels>,
+    attempt_duration: OnceLock<Histogram>,
+    time_to_first_byte: OnceLock<Histogram>,
     attempts_family: Family<AttemptLabels, Counter>,
     tokens_family: Family<TokenLabels, Counter>,
     attempts: [OnceLock<Counter>; 6],
@@ -601,9 +582,21 @@ impl DestMetrics {
                 self.attempts_family.get_or_create(&labels).clone()
             })
             .inc();
-        self.attempt_duration.observe(duration.as_secs_f64());
+        self.attempt_duration
+            .get_or_init(|| {
+                self.attempt_duration_family
+                    .get_or_create(&self.labels)
+                    .clone()
+            })
+            .observe(duration.as_secs_f64());
         if let Some(ttfb) = first_byte {
-            self.time_to_first_byte.observe(ttfb.as_secs_f64());
+            self.time_to_first_byte
+                .get_or_init(|| {
+                    self.time_to_first_byte_family
+                        .get_or_create(&self.labels)
+                        .clone()
+                })
+                .observe(ttfb.as_secs_f64());
         }
     }
 

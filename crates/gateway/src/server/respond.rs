@@ -418,10 +418,12 @@ fn finish_record(
         elapsed,
     );
     if let (Some(u), Some(s)) = (&rec.usage, &rec.served_by) {
-        match shared.health.find(&s.target, &s.model) {
-            Some(d) => d.metrics.tokens(u.input_tokens, u.output_tokens),
-            None => m.tokens(&s.target, &s.model, u.input_tokens, u.output_tokens),
-        }
+        // The destination answered, so its health (and metric handles) exist already.
+        shared
+            .health
+            .get(&s.target, &s.model)
+            .metrics
+            .tokens(u.input_tokens, u.output_tokens);
     }
     if let Some(start) = trace_start {
         let provider = rec.served_by.as_ref().and_then(|s| {
