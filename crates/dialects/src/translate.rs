@@ -5,7 +5,6 @@ use bytes::Bytes;
 
 use crate::bedrock::{converse, invoke};
 use crate::canonical::{ChatRequest, ChatResponse, StreamEvent, TranslateError};
-use crate::sse::SseEvent;
 use crate::{anthropic_messages, bedrock, openai_chat, openai_responses};
 use crate::{Dialect, GatewayErrorKind, ParseError, ParsedRequest, RenderedError, Usage};
 
@@ -144,15 +143,6 @@ impl Dialect {
             "text/event-stream"
         } else {
             bedrock::EVENT_STREAM_CONTENT_TYPE
-        }
-    }
-
-    /// What one SSE event means for the commit decision (SSE formats only).
-    pub fn classify_sse_event(self, ev: &SseEvent) -> crate::StreamEvent {
-        match self {
-            Dialect::OpenAiResponses => openai_responses::classify_stream_event(ev),
-            Dialect::AnthropicMessages => anthropic_messages::classify_stream_event(ev),
-            _ => openai_chat::classify_stream_event(ev),
         }
     }
 
