@@ -8,6 +8,7 @@ pub mod anthropic_messages;
 pub mod bedrock;
 pub mod canonical;
 pub mod errors;
+mod json_tail;
 pub mod openai_chat;
 pub mod openai_responses;
 pub mod request;
@@ -88,14 +89,10 @@ pub(crate) struct InputOutputUsage {
 }
 
 impl InputOutputUsage {
-    /// The `usage` object of a whole non-streamed answer.
+    /// The `usage` object of a whole non-streamed answer (read from the end of the body when
+    /// possible: see `json_tail`).
     pub(crate) fn of_response(body: &[u8]) -> Option<Usage> {
-        #[derive(serde::Deserialize)]
-        struct R {
-            usage: Option<InputOutputUsage>,
-        }
-        let r: R = serde_json::from_slice(body).ok()?;
-        r.usage.map(InputOutputUsage::canonical)
+        json_tail::response_usage::<InputOutputUsage>(body).map(InputOutputUsage::canonical)
     }
 
     pub(crate) fn canonical(self) -> Usage {

@@ -1,6 +1,7 @@
 //! OpenAI Chat Completions (`POST /v1/chat/completions`), wire-formats.md §1.1 and §2.1.
 
 use bytes::Bytes;
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use serde_json::value::RawValue;
@@ -11,6 +12,7 @@ use crate::canonical::{
     TranslateError,
 };
 use crate::errors::{status_for_error_type, GatewayErrorKind, RenderedError};
+use crate::json_tail;
 use crate::request::{ParseError, ParsedRequest};
 use crate::sse::{self, SseEvent};
 use crate::{Dialect, Usage};
@@ -78,27 +80,10 @@ struct ErrorBody {
 
 /// What one upstream SSE event means for the commit decision.
 pub fn classify_stream_event(ev: &SseEvent) -> crate::StreamEvent {
+    if let Some(end) = stream_end(ev) {
+        return end;
+    }
     let data = ev.data.trim();
-    if data.starts_with("[DONE]") {
-        return crate::StreamEvent::Done;
-    }
-    if ev.event.as_deref() == Some("error")
-        || data.starts_with("{\"error\"")
-        || data.contains("\"error\":{")
-    {
-        if let Ok(env) = serde_json::from_str::<ErrorEnvelope>(data) {
-            let error_type = env
-                .error
-                .kind
-                .or_else(|| env.error.code.and_then(|c| c.as_str().map(str::to_owned)))
-                .unwrap_or_else(|| "server_error".to_owned());
-            return crate::StreamEvent::Error {
-                status: status_for_error_type(&error_type),
-                message: env.error.message.unwrap_or_default(),
-                error_type,
-            };
-        }
-    }
     let Ok(chunk) = serde_json::from_str::<Chunk<'_>>(data) else {
         return crate::StreamEvent::Metadata;
     };
@@ -119,16 +104,89 @@ pub fn classify_stream_event(ev: &SseEvent) -> crate::StreamEvent {
     }
 }
 
+/// [`classify_stream_event`] for a stream that has already carried content: once committed, the
+/// gateway only needs to know whether an event ends the stream, so this answers `Done` and `Error`
+/// exactly as [`classify_stream_event`] does and `Metadata` for every other event. It reports
+/// content and preamble chunks as `Metadata` too, since it never parses a chunk. That saves a full
+/// JSON parse of every content chunk on the hot path.
+pub fn classify_stream_event_after_content(ev: &SseEvent) -> crate::StreamEvent {
+    stream_end(ev).unwrap_or(crate::StreamEvent::Metadata)
+}
+
+/// The checks of [`classify_stream_event`] that need no parse of the chunk: `[DONE]`, and an
+/// error event (marked by an `error` event name or an `"error":{…}` member, and parsed only then).
+/// `None` for any other event.
+fn stream_end(ev: &SseEvent) -> Option<crate::StreamEvent> {
+    let data = ev.data.trim();
+    if data.starts_with("[DONE]") {
+        return Some(crate::StreamEvent::Done);
+    }
+    if ev.event.as_deref() == Some("error") || has_object_member(data.as_bytes(), b"\"error\"") {
+        if let Ok(env) = serde_json::from_str::<ErrorEnvelope>(data) {
+            let error_type = env
+                .error
+                .kind
+                .or_else(|| env.error.code.and_then(|c| c.as_str().map(str::to_owned)))
+                .unwrap_or_else(|| "server_error".to_owned());
+            return Some(crate::StreamEvent::Error {
+                status: status_for_error_type(&error_type),
+                message: env.error.message.unwrap_or_default(),
+                error_type,
+            });
+        }
+    }
+    None
+}
+
+/// A cheap pre-check run on every stream event before any JSON parse: does `quoted_key` (with its
+/// quotes) occur followed by `:` and an object, whitespace allowed? One `memmem` pass, no parse.
+fn has_object_member(data: &[u8], quoted_key: &[u8]) -> bool {
+    memchr::memmem::find_iter(data, quoted_key).any(|at| {
+        let rest = json_tail::skip_ws(&data[at + quoted_key.len()..]);
+        match rest.split_first() {
+            Some((b':', after)) => json_tail::skip_ws(after).first() == Some(&b'{'),
+            _ => false,
+        }
+    })
+}
+
 /// Usage carried by one stream event (the `include_usage` chunk), if any.
+///
+/// The usage chunk's `usage` sits at its end, after `"choices":[]`. When `json_tail` can read it
+/// from there and `choices` cannot make the full `Chunk` parse fail (the key is absent, or its
+/// one plain occurrence holds `[]`), the chunk is not parsed whole. Otherwise it is. See
+/// `json_tail` for what the shortcut guarantees.
 pub fn stream_event_usage(ev: &SseEvent) -> Option<Usage> {
-    if !ev.data.contains("\"usage\":{") && !ev.data.contains("\"usage\": {") {
+    if !has_object_member(ev.data.as_bytes(), b"\"usage\"") {
         return None;
     }
-    let chunk: Chunk<'_> = serde_json::from_str(&ev.data).ok()?;
-    chunk.usage.map(|u| Usage {
-        input_tokens: u.prompt_tokens,
-        output_tokens: u.completion_tokens,
-    })
+    let data = ev.data.as_bytes();
+    let usage = match json_tail::top_level_member::<Option<WireUsage>, IgnoredAny>(data, "usage") {
+        Some(usage) if choices_cannot_fail(data) => usage,
+        _ => serde_json::from_str::<Chunk<'_>>(&ev.data).ok()?.usage,
+    };
+    usage.map(WireUsage::canonical)
+}
+
+/// Whether `Chunk`'s typed `choices` field surely parses in a chunk whose `usage` was read by
+/// `json_tail` (so no key before `usage` is spelled with escapes and none after it has any). True
+/// when the plain spelling `"choices"` is nowhere, or occurs once and holds `[]`. If that
+/// occurrence is not the top-level key, the top level has no `choices` at all.
+fn choices_cannot_fail(data: &[u8]) -> bool {
+    match json_tail::find_key(data, b"choices") {
+        json_tail::Key::Nowhere => true,
+        json_tail::Key::At { at, .. } => {
+            let mut rest = data.get(at + "\"choices\"".len()..).unwrap_or_default();
+            for token in [b':', b'[', b']'] {
+                match json_tail::skip_ws(rest).split_first() {
+                    Some((&b, after)) if b == token => rest = after,
+                    _ => return false,
+                }
+            }
+            true
+        }
+        json_tail::Key::Unsure => false,
+    }
 }
 
 /// The text content carried by a whole OpenAI chat SSE body (for narration and tests).
@@ -144,17 +202,10 @@ pub fn stream_text(sse: &str) -> String {
         .collect()
 }
 
-/// Usage of a non-streamed response body.
+/// Usage of a non-streamed response body (read from the end of the body when possible: see
+/// `json_tail`).
 pub fn response_usage(body: &[u8]) -> Option<Usage> {
-    #[derive(Deserialize)]
-    struct Resp {
-        usage: Option<WireUsage>,
-    }
-    let r: Resp = serde_json::from_slice(body).ok()?;
-    r.usage.map(|u| Usage {
-        input_tokens: u.prompt_tokens,
-        output_tokens: u.completion_tokens,
-    })
+    json_tail::response_usage::<WireUsage>(body).map(WireUsage::canonical)
 }
 
 fn error_json(error_type: &str, code: Option<&str>, message: &str) -> serde_json::Value {
@@ -1459,6 +1510,132 @@ mod tests {
                 error_type: "overloaded_error".into(),
                 message: "Overloaded".into()
             }
+        );
+    }
+
+    /// Every event of the fixture streams plus hand-written ones, with and without an event name.
+    fn stream_events() -> Vec<SseEvent> {
+        let mut events = Vec::new();
+        for sse in [
+            include_str!("../tests/fixtures/streams/text.openai_chat.sse"),
+            include_str!("../tests/fixtures/streams/tool_call.openai_chat.sse"),
+        ] {
+            let mut decoder = sse::SseDecoder::new();
+            decoder.push(sse.as_bytes());
+            while let Some(ev) = decoder.next_event() {
+                events.push(ev);
+            }
+        }
+        for data in [
+            "[DONE]",
+            "  [DONE]  ",
+            "",
+            "not json",
+            r#"{"error":{"message":"Overloaded","type":"overloaded_error"}}"#,
+            r#"{"error":{"message":"m","code":"rate_limit_exceeded"}}"#,
+            r#"{"x":1,"error":{"message":"m"}}"#,
+            r#"{"error":"just a string"}"#,
+            r#"{"error":{"message":1}}"#,
+            r#"{"choices":[{"delta":{"content":"say \"error\":{}"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"hi"}}],"usage":null}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":1}}"#,
+        ] {
+            events.push(ev(data));
+            events.push(SseEvent {
+                event: Some("error".into()),
+                data: data.to_owned(),
+            });
+        }
+        events
+    }
+
+    #[test]
+    fn after_content_agrees_on_done_and_errors_and_parses_nothing_else() {
+        for ev in stream_events() {
+            let full = classify_stream_event(&ev);
+            let after = classify_stream_event_after_content(&ev);
+            match full {
+                crate::StreamEvent::Done | crate::StreamEvent::Error { .. } => {
+                    assert_eq!(after, full, "{ev:?}")
+                }
+                _ => assert_eq!(after, crate::StreamEvent::Metadata, "{ev:?}"),
+            }
+        }
+    }
+
+    /// `stream_event_usage` as it was before the `json_tail` shortcut.
+    fn reference_stream_event_usage(ev: &SseEvent) -> Option<Usage> {
+        if !ev.data.contains("\"usage\":{") && !ev.data.contains("\"usage\": {") {
+            return None;
+        }
+        let chunk: Chunk<'_> = serde_json::from_str(&ev.data).ok()?;
+        chunk.usage.map(|u| Usage {
+            input_tokens: u.prompt_tokens,
+            output_tokens: u.completion_tokens,
+        })
+    }
+
+    #[test]
+    fn stream_usage_agrees_with_the_full_chunk_parse() {
+        let usage = r#""usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}"#;
+        let choices = [
+            None,
+            Some(r#""choices":[]"#),
+            Some(r#""choices" : [ ]"#),
+            Some(r#""choices":[{"index":0,"delta":{},"finish_reason":null}]"#),
+            // These make the typed `choices` fail, so the whole chunk has no usage.
+            Some(r#""choices":[{"finish_reason":1}]"#),
+            Some(r#""choices":[{"finish_reason":"a\"b"}]"#),
+            Some(r#""choices":null"#),
+            Some(r#""choices":{}"#),
+            Some(r#""choic\u0065s":[{"finish_reason":1}]"#),
+        ];
+        let others = [
+            r#""id":"chatcmpl-1","object":"chat.completion.chunk""#,
+            r#""obfuscation":"x""#,
+        ];
+        let mut fast = 0;
+        for before in choices {
+            for after in choices {
+                for other in others {
+                    for (a, b) in [(other, usage), (usage, other)] {
+                        let members: Vec<&str> = [before, Some(a), Some(b), after]
+                            .into_iter()
+                            .flatten()
+                            .collect();
+                        let data = format!("{{{}}}", members.join(","));
+                        let ev = ev(&data);
+                        let got = stream_event_usage(&ev);
+                        assert_eq!(got, reference_stream_event_usage(&ev), "{data}");
+                        let shortcut = json_tail::top_level_member::<Option<WireUsage>, IgnoredAny>(
+                            data.as_bytes(),
+                            "usage",
+                        );
+                        fast +=
+                            usize::from(shortcut.is_some() && choices_cannot_fail(data.as_bytes()));
+                    }
+                }
+            }
+        }
+        assert!(fast > 0);
+        for ev in stream_events() {
+            assert_eq!(
+                stream_event_usage(&ev),
+                reference_stream_event_usage(&ev),
+                "{ev:?}"
+            );
+        }
+        // What OpenAI sends last: the shortcut answers.
+        let last = r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","service_tier":"default","system_fingerprint":"fp","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7},"obfuscation":"abc"}"#;
+        assert!(choices_cannot_fail(last.as_bytes()));
+        assert_eq!(
+            json_tail::top_level_member::<Option<WireUsage>, IgnoredAny>(last.as_bytes(), "usage")
+                .flatten()
+                .map(WireUsage::canonical),
+            Some(Usage {
+                input_tokens: 5,
+                output_tokens: 2
+            })
         );
     }
 

@@ -3,7 +3,7 @@
 //! The gateway forwards upstream bytes untouched; it runs this decoder beside the byte stream only
 //! to learn what the events mean (preamble, content, error, done).
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
 /// One decoded event. `data` lines are joined with `\n` as the SSE spec says.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -36,63 +36,76 @@ impl SseDecoder {
         self.buf.len()
     }
 
-    /// The next complete event, if one has fully arrived.
+    /// The next complete event, if one has fully arrived. Lines are found with `memchr` and read in
+    /// place; the consumed bytes are dropped from the buffer once, not line by line (this runs on
+    /// every event of every stream the gateway relays).
     pub fn next_event(&mut self) -> Option<SseEvent> {
-        loop {
-            let nl = self.buf[self.scanned..]
-                .iter()
-                .position(|b| *b == b'\n' || *b == b'\r');
-            let Some(rel) = nl else {
+        let mut start = 0;
+        let event = loop {
+            let from = start.max(self.scanned);
+            let Some(rel) = memchr::memchr2(b'\n', b'\r', &self.buf[from..]) else {
                 self.scanned = self.buf.len();
-                return None;
+                break None;
             };
-            let end = self.scanned + rel;
+            let end = from + rel;
             // A lone '\r' at the end of the buffer may be the first half of "\r\n": wait.
             if self.buf[end] == b'\r' && end + 1 == self.buf.len() {
                 self.scanned = end;
-                return None;
+                break None;
             }
-            let line = self.buf.split_to(end);
-            let skip = if self.buf.starts_with(b"\r\n") { 2 } else { 1 };
-            let _ = self.buf.split_to(skip);
-            self.scanned = 0;
+            let next = if self.buf[end..].starts_with(b"\r\n") {
+                end + 2
+            } else {
+                end + 1
+            };
+            let line = &self.buf[start..end];
+            start = next;
+            self.scanned = next;
             if line.is_empty() {
                 if self.has_fields {
                     self.has_fields = false;
-                    return Some(std::mem::take(&mut self.pending));
+                    break Some(std::mem::take(&mut self.pending));
                 }
                 continue;
             }
-            self.field(&line);
-        }
-    }
-
-    fn field(&mut self, line: &[u8]) {
-        if line[0] == b':' {
-            return; // comment / keep-alive
-        }
-        let (name, value) = match line.iter().position(|b| *b == b':') {
-            Some(i) => {
-                let v = &line[i + 1..];
-                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
-            }
-            None => (line, &[][..]),
+            field(&mut self.pending, &mut self.has_fields, line);
         };
-        let value = String::from_utf8_lossy(value);
-        match name {
-            b"data" => {
-                if self.has_fields && !self.pending.data.is_empty() {
-                    self.pending.data.push('\n');
-                }
-                self.pending.data.push_str(&value);
-                self.has_fields = true;
-            }
-            b"event" => {
-                self.pending.event = Some(value.into_owned());
-                self.has_fields = true;
-            }
-            _ => {} // id, retry: not used by LLM streams
+        self.buf.advance(start);
+        self.scanned -= start;
+        event
+    }
+}
+
+/// Applies one non-empty line to the event being assembled.
+fn field(pending: &mut SseEvent, has_fields: &mut bool, line: &[u8]) {
+    if line[0] == b':' {
+        return; // comment / keep-alive
+    }
+    let (name, value) = match memchr::memchr(b':', line) {
+        Some(i) => {
+            let v = &line[i + 1..];
+            (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
         }
+        None => (line, &[][..]),
+    };
+    // Valid UTF-8 is the norm: check it with the fast validator, fall back to lossy decoding.
+    let value = match std::str::from_utf8(value) {
+        Ok(v) => std::borrow::Cow::Borrowed(v),
+        Err(_) => String::from_utf8_lossy(value),
+    };
+    match name {
+        b"data" => {
+            if *has_fields && !pending.data.is_empty() {
+                pending.data.push('\n');
+            }
+            pending.data.push_str(&value);
+            *has_fields = true;
+        }
+        b"event" => {
+            pending.event = Some(value.into_owned());
+            *has_fields = true;
+        }
+        _ => {} // id, retry: not used by LLM streams
     }
 }
 

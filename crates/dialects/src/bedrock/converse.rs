@@ -20,6 +20,7 @@ use crate::canonical::{
     TranslateError,
 };
 use crate::errors::{GatewayErrorKind, RenderedError};
+use crate::json_tail;
 use crate::request::ParsedRequest;
 use crate::Usage;
 
@@ -659,8 +660,19 @@ pub fn render_response(resp: &ChatResponse) -> Bytes {
     Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
 }
 
-/// Usage of a non-streamed Converse response body.
+/// Usage of a non-streamed Converse response body. The top-level `usage` is read from the end of
+/// the body when possible (`json_tail`; the other members are checked as `Value`s, as the full
+/// parse reads them), else from the whole body as a `Value`.
 pub fn response_usage(body: &[u8]) -> Option<Usage> {
+    if let Some(usage) = json_tail::top_level_member::<Value, Value>(body, "usage") {
+        // `null` is not an object, so it gives `None` here as `field` makes it in the full parse.
+        return usage_from(Some(&usage));
+    }
+    full_response_usage(body)
+}
+
+/// The full parse behind [`response_usage`].
+fn full_response_usage(body: &[u8]) -> Option<Usage> {
     let v: Value = serde_json::from_slice(body).ok()?;
     usage_from(field(&v, "usage"))
 }
