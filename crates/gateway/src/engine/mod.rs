@@ -417,6 +417,7 @@ async fn attempt_one(
         .map_err(|e| Skip::Ineligible(e.0))?;
     let request = providers::request(providers::Outbound {
         target: dest.target,
+        endpoint: input.upstreams.endpoint(dest.target_index),
         model: &dest.model,
         format,
         body,

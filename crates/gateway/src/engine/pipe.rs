@@ -77,7 +77,13 @@ impl Pipe {
                     if let Some(u) = openai_chat::stream_event_usage(&ev) {
                         self.state.usage = Some(u);
                     }
-                    classified(&mut self.state, openai_chat::classify_stream_event(&ev));
+                    // Once content has been seen only the end and errors matter: no JSON parse.
+                    let meaning = if self.state.seen_content {
+                        openai_chat::classify_stream_event_after_content(&ev)
+                    } else {
+                        openai_chat::classify_stream_event(&ev)
+                    };
+                    classified(&mut self.state, meaning);
                 }
                 chunk
             }

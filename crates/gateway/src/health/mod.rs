@@ -8,6 +8,8 @@ pub mod store;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+
+use arc_swap::ArcSwap;
 use std::time::{Duration, Instant, SystemTime};
 
 use sidetrack_config::{BreakerPolicy, Config};
@@ -49,6 +51,8 @@ pub struct DestHealth {
     pub metrics: DestMetrics,
     pub target: String,
     pub model: String,
+    /// `target/model`, ready for the `x-sidetrack-served-by` header.
+    pub served_by: Option<http::HeaderValue>,
     inner: Mutex<Inner>,
     disabled: AtomicBool,
     in_flight: AtomicU32,
@@ -115,6 +119,7 @@ impl DestHealth {
             metrics,
             target: target.to_owned(),
             model: model.to_owned(),
+            served_by: http::HeaderValue::from_str(&format!("{target}/{model}")).ok(),
             inner: Mutex::new(Inner {
                 breaker: Breaker::new(cfg),
                 last_transition: None,
@@ -180,16 +185,24 @@ pub struct Snapshot {
     pub last_transition: Option<(String, String, SystemTime)>,
 }
 
+/// String-keyed maps read on every request: a fast hasher (the keys are names from the config
+/// and requested model names; the maps are never exposed to untrusted insertion patterns beyond
+/// what the config and callers' model names already allow).
+type FastMap<V> = HashMap<String, V, foldhash::fast::RandomState>;
+
 /// Every destination's health, keyed by (target, model).
 pub struct Health {
     clock: Clock,
     metrics: Arc<Metrics>,
-    /// target → model → health: two borrowed-`&str` lookups, no allocation on the request path.
-    dests: RwLock<HashMap<String, HashMap<String, Arc<DestHealth>>>>,
+    /// target → model → health: two borrowed-`&str` lookups in a snapshot, no allocation and no
+    /// lock on the request path. A new destination (rare) swaps in a new snapshot.
+    dests: ArcSwap<FastMap<FastMap<Arc<DestHealth>>>>,
+    /// Serialises writers of `dests`.
+    adding: Mutex<()>,
     /// Breaker policy per target name (from the current config).
     policies: RwLock<HashMap<String, BreakerConfig>>,
     /// Compiled `unhealthyCondition` per target that sets one.
-    conditions: RwLock<HashMap<String, Arc<UnhealthyCondition>>>,
+    conditions: ArcSwap<FastMap<Arc<UnhealthyCondition>>>,
     /// `state.redis`: the store replicas share breaker state through (SPEC §10).
     shared: Option<Arc<RedisState>>,
 }
@@ -210,9 +223,10 @@ impl Health {
         let h = Health {
             clock,
             metrics,
-            dests: RwLock::default(),
+            dests: ArcSwap::default(),
+            adding: Mutex::new(()),
             policies: RwLock::default(),
-            conditions: RwLock::default(),
+            conditions: ArcSwap::default(),
             shared,
         };
         h.sync_config(cfg);
@@ -249,9 +263,7 @@ impl Health {
                 Some((t.name.clone(), Arc::new(c)))
             })
             .collect();
-        if let Ok(mut w) = self.conditions.write() {
-            *w = conditions;
-        }
+        self.conditions.store(Arc::new(conditions));
         for (target, model) in declared_destinations(cfg) {
             let _ = self.get(&target, &model);
         }
@@ -259,7 +271,7 @@ impl Health {
 
     /// The target's `unhealthyCondition`, if it sets one.
     pub fn condition(&self, target: &str) -> Option<Arc<UnhealthyCondition>> {
-        self.conditions.read().ok()?.get(target).cloned()
+        self.conditions.load().get(target).cloned()
     }
 
     /// The destination's health, created on first use.
@@ -273,36 +285,37 @@ impl Health {
             .ok()
             .and_then(|p| p.get(target).cloned())
             .unwrap_or_default();
-        let mut w = match self.dests.write() {
-            Ok(w) => w,
+        let _adding = match self.adding.lock() {
+            Ok(g) => g,
             Err(p) => p.into_inner(),
         };
-        w.entry(target.to_owned())
+        if let Some(d) = self.find(target, model) {
+            return d; // added by another request meanwhile
+        }
+        self.metrics.breaker_state(target, model, 0);
+        let d = Arc::new(DestHealth::new(
+            target,
+            model,
+            cfg,
+            self.metrics.destination(target, model),
+        ));
+        let mut next = FastMap::clone(&self.dests.load());
+        next.entry(target.to_owned())
             .or_default()
-            .entry(model.to_owned())
-            .or_insert_with(|| {
-                self.metrics.breaker_state(target, model, 0);
-                Arc::new(DestHealth::new(
-                    target,
-                    model,
-                    cfg,
-                    self.metrics.destination(target, model),
-                ))
-            })
-            .clone()
+            .insert(model.to_owned(), d.clone());
+        self.dests.store(Arc::new(next));
+        d
     }
 
     /// Looks up a destination without creating it.
     pub fn find(&self, target: &str, model: &str) -> Option<Arc<DestHealth>> {
-        self.dests.read().ok()?.get(target)?.get(model).cloned()
+        self.dests.load().get(target)?.get(model).cloned()
     }
 
     /// Every destination known so far.
     fn all(&self) -> Vec<Arc<DestHealth>> {
-        match self.dests.read() {
-            Ok(d) => d.values().flat_map(|m| m.values().cloned()).collect(),
-            Err(_) => Vec::new(),
-        }
+        let d = self.dests.load();
+        d.values().flat_map(|m| m.values().cloned()).collect()
     }
 
     /// May the walk attempt `d` now? Takes the half-open probe slot when that is what it gets.

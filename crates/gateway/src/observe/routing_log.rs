@@ -52,7 +52,10 @@ pub struct UsageRecord {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct RoutingRecord {
-    pub ts: String,
+    /// When the request ended; written as RFC 3339 with milliseconds (formatted by the writer, off
+    /// the request path).
+    #[serde(serialize_with = "rfc3339_millis")]
+    pub ts: std::time::SystemTime,
     pub request_id: String,
     pub principal: String,
     pub dialect: &'static str,
@@ -74,6 +77,13 @@ pub struct RoutingRecord {
     pub latency_ms: f64,
     pub ttft_ms: Option<f64>,
     pub usage: Option<UsageRecord>,
+}
+
+fn rfc3339_millis<S: serde::Serializer>(
+    t: &std::time::SystemTime,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_str(&humantime::format_rfc3339_millis(*t))
 }
 
 /// Where routing records go. Cloning is cheap; sending never blocks the request.

@@ -9,12 +9,12 @@ use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettin
 use aws_sigv4::sign::v4;
 use aws_smithy_runtime_api::client::identity::Identity;
 use bytes::Bytes;
-use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use http::header::{ACCEPT, AUTHORIZATION};
 use http::HeaderValue;
 use http_body_util::Full;
 use sidetrack_dialects::Dialect;
 
-use super::{finish, post, secret_header, BuildError, Outbound};
+use super::{post, BuildError, Outbound};
 
 pub fn request(out: Outbound<'_>) -> Result<http::Request<Full<Bytes>>, BuildError> {
     // The dialect modules own the paths (and botocore-style model-id encoding).
@@ -22,40 +22,38 @@ pub fn request(out: Outbound<'_>) -> Result<http::Request<Full<Bytes>>, BuildErr
         Dialect::BedrockInvoke => sidetrack_dialects::bedrock::invoke::path(out.model, out.stream),
         _ => sidetrack_dialects::bedrock::converse::path(out.model, out.stream),
     };
-    let url = format!("{}{path}", out.target.base_url);
-    let mut b =
-        post(url.clone()).header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    b = b.header(
+    let (stream, credential) = (out.stream, out.endpoint.credential(out.target)?);
+    let (target, body) = (out.target, out.body.clone());
+    let mut req = post(out, &path)?;
+    let h = req.headers_mut();
+    h.insert(
         ACCEPT,
-        HeaderValue::from_static(if out.stream {
+        HeaderValue::from_static(if stream {
             "application/vnd.amazon.eventstream"
         } else {
             "application/json"
         }),
     );
-    let bearer = out
-        .target
-        .api_key
-        .as_ref()
-        .map(|k| k.expose().to_owned())
-        .or_else(|| {
-            std::env::var("AWS_BEARER_TOKEN_BEDROCK")
-                .ok()
-                .filter(|t| !t.is_empty())
-        });
-    if let Some(token) = bearer {
-        b = b.header(
-            AUTHORIZATION,
-            secret_header(out.target, format!("Bearer {token}"))?,
-        );
-        return finish(out.target, b, out.body);
+    if let Some(key) = credential {
+        h.insert(AUTHORIZATION, key);
+        return Ok(req);
     }
-    let mut req = finish(out.target, b, out.body.clone())?;
+    let env_token = std::env::var("AWS_BEARER_TOKEN_BEDROCK")
+        .ok()
+        .filter(|t| !t.is_empty());
+    if let Some(token) = env_token {
+        let mut v = HeaderValue::try_from(format!("Bearer {token}")).map_err(|_| {
+            BuildError("AWS_BEARER_TOKEN_BEDROCK is not a valid header value".into())
+        })?;
+        v.set_sensitive(true);
+        h.insert(AUTHORIZATION, v);
+        return Ok(req);
+    }
     sign_v4(
         &mut req,
-        &out.body,
-        out.target.region.as_deref().unwrap_or("us-east-1"),
-        &out.target.name,
+        &body,
+        target.region.as_deref().unwrap_or("us-east-1"),
+        &target.name,
     )?;
     Ok(req)
 }

@@ -9,7 +9,7 @@ mod openai;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::HeaderMap;
+use http::{HeaderMap, HeaderValue, Uri};
 use http_body_util::Full;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -22,25 +22,101 @@ pub type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<B
 static UA: http::HeaderValue =
     http::HeaderValue::from_static(concat!("sidetrack/", env!("CARGO_PKG_VERSION")));
 
-/// One pooled keep-alive client per target (its connect timeout lives in the connector).
+/// One pooled keep-alive client per target (its connect timeout lives in the connector), and the
+/// parts of its requests that never change.
 pub struct Upstreams {
-    clients: Vec<HttpClient>,
+    targets: Vec<(HttpClient, Endpoint)>,
 }
 
 impl Upstreams {
     pub fn new(cfg: &Config) -> Upstreams {
         Upstreams {
-            clients: cfg
+            targets: cfg
                 .targets
                 .iter()
-                .map(|t| client(t.connect_timeout))
+                .map(|t| (client(t.connect_timeout), Endpoint::new(t)))
                 .collect(),
         }
     }
 
     pub fn client(&self, target_index: usize) -> &HttpClient {
-        &self.clients[target_index]
+        &self.targets[target_index].0
     }
+
+    pub fn endpoint(&self, target_index: usize) -> &Endpoint {
+        &self.targets[target_index].1
+    }
+}
+
+/// What every request to one target shares, built once per config so the request path neither
+/// formats nor parses it: the URIs of the provider's fixed paths, the `Host` header and the
+/// credential header value.
+pub struct Endpoint {
+    uris: Vec<(&'static str, Uri)>,
+    /// Set for plain-HTTP targets only (HTTP/1); over TLS the client fills it in, since the
+    /// connection may turn out to be HTTP/2, which carries the authority itself.
+    host: Option<HeaderValue>,
+    /// The provider's credential header value (sensitive); `Err` when the key cannot be a header.
+    credential: Option<Result<HeaderValue, ()>>,
+}
+
+impl Endpoint {
+    fn new(target: &Target) -> Endpoint {
+        let (paths, credential): (&[&'static str], fn(&str) -> String) = match target.provider {
+            ProviderKind::OpenAi => (openai::PATHS, bearer),
+            ProviderKind::Anthropic => (anthropic::PATHS, str::to_owned),
+            ProviderKind::Bedrock => (&[], bearer),
+        };
+        let uris = paths
+            .iter()
+            .filter_map(|p| Some((*p, join(&target.base_url, p).ok()?)))
+            .collect();
+        let host = target
+            .base_url
+            .parse::<Uri>()
+            .ok()
+            .filter(|u| u.scheme() == Some(&http::uri::Scheme::HTTP))
+            .and_then(|u| HeaderValue::from_str(u.authority()?.as_str()).ok());
+        let credential = target.api_key.as_ref().map(|k| {
+            let mut v = HeaderValue::try_from(credential(k.expose())).map_err(|_| ())?;
+            v.set_sensitive(true);
+            Ok(v)
+        });
+        Endpoint {
+            uris,
+            host,
+            credential,
+        }
+    }
+
+    /// The target's URI for `path`: prepared for the provider's fixed paths, built otherwise.
+    fn uri(&self, target: &Target, path: &str) -> Result<Uri, BuildError> {
+        match self.uris.iter().find(|(p, _)| *p == path) {
+            Some((_, uri)) => Ok(uri.clone()),
+            None => join(&target.base_url, path).map_err(|e| {
+                BuildError(format!("target `{}`: bad upstream URL: {e}", target.name))
+            }),
+        }
+    }
+
+    fn credential(&self, target: &Target) -> Result<Option<HeaderValue>, BuildError> {
+        match &self.credential {
+            None => Ok(None),
+            Some(Ok(v)) => Ok(Some(v.clone())),
+            Some(Err(())) => Err(BuildError(format!(
+                "target `{}`: the key is not a valid header value",
+                target.name
+            ))),
+        }
+    }
+}
+
+fn join(base: &str, path: &str) -> Result<Uri, http::uri::InvalidUri> {
+    format!("{base}{path}").parse()
+}
+
+fn bearer(key: &str) -> String {
+    format!("Bearer {key}")
 }
 
 fn client(connect_timeout: Duration) -> HttpClient {
@@ -82,6 +158,7 @@ pub fn format_for(kind: ProviderKind, caller: Dialect) -> Dialect {
 /// What one attempt sends.
 pub struct Outbound<'a> {
     pub target: &'a Target,
+    pub endpoint: &'a Endpoint,
     pub model: &'a str,
     /// The format of `body` (from [`format_for`]).
     pub format: Dialect,
@@ -100,33 +177,21 @@ pub fn request(out: Outbound<'_>) -> Result<http::Request<Full<Bytes>>, BuildErr
     }
 }
 
-fn post(url: String) -> http::request::Builder {
-    http::Request::builder()
-        .method(http::Method::POST)
-        .uri(url)
-        .header(http::header::USER_AGENT, UA.clone())
-}
-
-fn secret_header(target: &Target, value: String) -> Result<http::HeaderValue, BuildError> {
-    let mut v = http::HeaderValue::try_from(value).map_err(|_| {
-        BuildError(format!(
-            "target `{}`: the key is not a valid header value",
-            target.name
-        ))
-    })?;
-    v.set_sensitive(true);
-    Ok(v)
-}
-
-fn finish(
-    target: &Target,
-    builder: http::request::Builder,
-    body: Bytes,
-) -> Result<http::Request<Full<Bytes>>, BuildError> {
-    builder.body(Full::new(body)).map_err(|e| {
-        BuildError(format!(
-            "target `{}`: bad upstream request: {e}",
-            target.name
-        ))
-    })
+/// A POST of `out.body` to `path` on the target, with the headers every provider sends (room is
+/// reserved for the provider's own few).
+fn post(out: Outbound<'_>, path: &str) -> Result<http::Request<Full<Bytes>>, BuildError> {
+    let mut req = http::Request::new(Full::new(out.body));
+    *req.method_mut() = http::Method::POST;
+    *req.uri_mut() = out.endpoint.uri(out.target, path)?;
+    let h = req.headers_mut();
+    h.reserve(8);
+    h.insert(http::header::USER_AGENT, UA.clone());
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Some(host) = &out.endpoint.host {
+        h.insert(http::header::HOST, host.clone());
+    }
+    Ok(req)
 }

@@ -1,28 +1,29 @@
 //! `provider: openai` — any OpenAI-compatible upstream. `baseUrl` includes `/v1`.
 
 use bytes::Bytes;
-use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use http::header::{ACCEPT, AUTHORIZATION};
 use http::HeaderValue;
 use http_body_util::Full;
 use sidetrack_dialects::Dialect;
 
-use super::{finish, post, secret_header, BuildError, Outbound};
+use super::{post, BuildError, Outbound};
+
+/// The paths requests go to (their URIs are prepared once per target).
+pub const PATHS: &[&str] = &["/chat/completions", "/responses"];
 
 pub fn request(out: Outbound<'_>) -> Result<http::Request<Full<Bytes>>, BuildError> {
     let path = match out.format {
-        Dialect::OpenAiResponses => "/responses",
-        _ => "/chat/completions",
+        Dialect::OpenAiResponses => PATHS[1],
+        _ => PATHS[0],
     };
-    let mut b = post(format!("{}{path}", out.target.base_url))
-        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    if out.stream {
-        b = b.header(ACCEPT, HeaderValue::from_static("text/event-stream"));
+    let (stream, credential) = (out.stream, out.endpoint.credential(out.target)?);
+    let mut req = post(out, path)?;
+    let h = req.headers_mut();
+    if stream {
+        h.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
     }
-    if let Some(key) = &out.target.api_key {
-        b = b.header(
-            AUTHORIZATION,
-            secret_header(out.target, format!("Bearer {}", key.expose()))?,
-        );
+    if let Some(key) = credential {
+        h.insert(AUTHORIZATION, key);
     }
-    finish(out.target, b, out.body)
+    Ok(req)
 }

@@ -20,16 +20,23 @@ use crate::observe::metrics::InFlightGuard;
 use crate::observe::{ms, RoutingRecord, ServedBy, UsageRecord};
 use crate::server::Shared;
 
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "transfer-encoding",
-    "upgrade",
-    "te",
-    "trailer",
-    "content-length",
+/// Headers of an upstream answer that describe its hop, not the answer: never passed on.
+static HOP_BY_HOP: [HeaderName; 8] = [
+    http::header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    http::header::TRANSFER_ENCODING,
+    http::header::UPGRADE,
+    http::header::TE,
+    http::header::TRAILER,
+    CONTENT_LENGTH,
 ];
+
+static REQUEST_ID: HeaderName = HeaderName::from_static("x-sidetrack-request-id");
+static SERVED_BY: HeaderName = HeaderName::from_static("x-sidetrack-served-by");
+static ATTEMPTS: HeaderName = HeaderName::from_static("x-sidetrack-attempts");
+static FALLBACK_HOP: HeaderName = HeaderName::from_static("x-sidetrack-fallback-hop");
+static SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
 
 /// What is known about a request as it moves through the phases.
 pub struct RequestCtx {
@@ -60,10 +67,14 @@ fn next_request_id() -> String {
     static PREFIX: OnceLock<u64> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let prefix = *PREFIX.get_or_init(|| uuid::Uuid::new_v4().as_u64_pair().0);
-    format!(
-        "{prefix:016x}{:016x}",
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let id = (u128::from(prefix) << 64) | u128::from(n);
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut digits = [0u8; 32];
+    for (i, d) in digits.iter_mut().enumerate() {
+        *d = HEX[((id >> ((31 - i) * 4)) & 0xf) as usize];
+    }
+    std::str::from_utf8(&digits).unwrap_or_default().to_owned()
 }
 
 /// Renders a gateway-made error in the caller's dialect (SPEC §6.3).
@@ -81,7 +92,7 @@ pub fn error_response(
         b = b.header(k, v);
     }
     if let Some(id) = request_id {
-        b = b.header("x-sidetrack-request-id", id);
+        b = b.header(&REQUEST_ID, id);
     }
     b.body(Body::from(e.body)).unwrap_or_default()
 }
@@ -107,15 +118,16 @@ impl RequestCtx {
         }
     }
 
-    fn record(&self, outcome: &'static str, reason: String, status: u16) -> RoutingRecord {
+    /// The request's routing record. Takes what the context collected (it is not needed after).
+    fn record(&mut self, outcome: &'static str, reason: String, status: u16) -> RoutingRecord {
         RoutingRecord {
-            ts: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
-            request_id: self.request_id.clone(),
-            principal: self.principal.clone(),
+            ts: SystemTime::now(),
+            request_id: std::mem::take(&mut self.request_id),
+            principal: std::mem::take(&mut self.principal),
             dialect: self.dialect.as_str(),
-            request_path: self.path.clone(),
-            requested_model: self.requested_model.clone(),
-            rule_name: self.rule_name.clone(),
+            request_path: std::mem::take(&mut self.path),
+            requested_model: self.requested_model.take(),
+            rule_name: self.rule_name.take(),
             match_type: self.match_type,
             outcome,
             reason,
@@ -134,25 +146,25 @@ impl RequestCtx {
     }
 
     /// Writes the routing record and the request metrics (SPEC §7: one line, one count per request).
-    fn finish(&self, rec: RoutingRecord) {
+    fn finish(&self, rec: RoutingRecord, served: Option<&DestHealth>) {
         settle(&self.shared, self.reservation.clone(), &rec);
-        finish_record(&self.shared, self.started, self.trace_start, rec);
+        finish_record(&self.shared, self.started, self.trace_start, rec, served);
     }
 
     /// A gateway rejection before any routing (auth, size, parse, allow-list). Never a fallback.
-    pub fn reject(self, kind: GatewayErrorKind, message: &str, why: &str) -> Response {
+    pub fn reject(mut self, kind: GatewayErrorKind, message: &str, why: &str) -> Response {
         let resp = error_response(self.dialect, kind, message, Some(&self.request_id));
         let rec = self.record(
             "REJECTED",
             format!("gatewayRejected:{why}"),
             resp.status().as_u16(),
         );
-        self.finish(rec);
+        self.finish(rec, None);
         resp
     }
 
     /// Refused by the principal's gateway rate limit: 429 with `Retry-After`, never a fallback.
-    pub fn rate_limited(self, retry_after: std::time::Duration) -> Response {
+    pub fn rate_limited(mut self, retry_after: std::time::Duration) -> Response {
         let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
         let msg = format!(
             "rate limit of principal `{}` reached; retry in {secs} s",
@@ -164,18 +176,19 @@ impl RequestCtx {
             &msg,
             Some(&self.request_id),
         );
-        put(resp.headers_mut(), "retry-after", &secs.max(1).to_string());
+        resp.headers_mut()
+            .insert(http::header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
         let rec = self.record(
             "REJECTED",
             "gatewayRejected:rateLimited".into(),
             resp.status().as_u16(),
         );
-        self.finish(rec);
+        self.finish(rec, None);
         resp
     }
 
     /// No rule and no target can serve the model.
-    pub fn unroutable(self, message: &str) -> Response {
+    pub fn unroutable(mut self, message: &str) -> Response {
         let resp = error_response(
             self.dialect,
             GatewayErrorKind::NotFound,
@@ -183,12 +196,12 @@ impl RequestCtx {
             Some(&self.request_id),
         );
         let rec = self.record("ERROR", "unroutable".into(), resp.status().as_u16());
-        self.finish(rec);
+        self.finish(rec, None);
         resp
     }
 
     /// Turns the walk's result into the caller's response (the commit point).
-    pub fn commit(self, out: WalkOutput, deadline: Instant) -> Response {
+    pub fn commit(mut self, out: WalkOutput, deadline: Instant) -> Response {
         let attempts = out.attempts.len();
         let Some(returned) = out.returned else {
             let msg =
@@ -201,7 +214,7 @@ impl RequestCtx {
             );
             let mut rec = self.record("ERROR", "noEligibleDestination".into(), 503);
             rec.skipped = out.skipped;
-            self.finish(rec);
+            self.finish(rec, None);
             return resp;
         };
         let Returned {
@@ -253,31 +266,28 @@ impl RequestCtx {
                 if parts.status.is_success() {
                     usage = self.dialect.response_usage(&body);
                 }
-                let mut r = Response::new(Body::from(body));
-                *r.status_mut() = parts.status;
-                copy_headers(&parts.headers, r.headers_mut());
-                (r, None)
+                (answer(parts, Body::from(body)), None)
             }
             Some(Upstream::Live {
                 parts,
                 held,
                 rest,
                 pipe,
-            }) => {
-                let mut r = Response::new(Body::empty());
-                *r.status_mut() = parts.status;
-                copy_headers(&parts.headers, r.headers_mut());
-                (r, Some((held, rest, pipe)))
-            }
+            }) => (answer(parts, Body::empty()), Some((held, rest, pipe))),
         };
         let status = resp.status().as_u16();
 
         let h = resp.headers_mut();
         if self.headers_on {
-            put(h, "x-sidetrack-request-id", &self.request_id);
-            put(h, "x-sidetrack-served-by", &format!("{target}/{model}"));
-            put(h, "x-sidetrack-attempts", &attempts.to_string());
-            put(h, "x-sidetrack-fallback-hop", &hop.to_string());
+            h.reserve(4);
+            if let Ok(id) = HeaderValue::from_str(&self.request_id) {
+                h.insert(REQUEST_ID.clone(), id);
+            }
+            if let Some(v) = &health.served_by {
+                h.insert(SERVED_BY.clone(), v.clone());
+            }
+            h.insert(ATTEMPTS.clone(), small_number(attempts));
+            h.insert(FALLBACK_HOP.clone(), small_number(hop));
         }
         let upstream_said_when = h.contains_key("retry-after") || h.contains_key("retry-after-ms");
         if self.retry_hint == CallerRetryHint::Auto
@@ -286,7 +296,7 @@ impl RequestCtx {
             && !upstream_said_when
         {
             // The chain already tried alternatives; SDK retries would multiply upstream calls.
-            put(h, "x-should-retry", "false");
+            h.insert(SHOULD_RETRY.clone(), HeaderValue::from_static("false"));
         }
 
         let mut rec = self.record(
@@ -311,7 +321,7 @@ impl RequestCtx {
 
         match live {
             None => {
-                self.finish(rec);
+                self.finish(rec, Some(&health));
                 resp
             }
             Some((held, rest, pipe)) => {
@@ -332,19 +342,30 @@ impl RequestCtx {
     }
 }
 
-fn put(h: &mut http::HeaderMap, name: &'static str, value: &str) {
-    if let Ok(v) = HeaderValue::from_str(value) {
-        h.insert(HeaderName::from_static(name), v);
+/// A header value for a count that is almost always a single digit (no formatting for those).
+fn small_number(n: usize) -> HeaderValue {
+    const DIGITS: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+    match DIGITS.get(n) {
+        Some(d) => HeaderValue::from_static(d),
+        None => HeaderValue::from(n),
     }
 }
 
-fn copy_headers(from: &http::HeaderMap, to: &mut http::HeaderMap) {
-    for (k, v) in from {
-        if !HOP_BY_HOP.contains(&k.as_str()) {
-            to.append(k.clone(), v.clone());
+/// The caller's response for an upstream answer: its status and headers (the upstream's map,
+/// reused, minus the hop-by-hop ones; the body sets its own length).
+fn answer(parts: http::response::Parts, body: Body) -> Response {
+    let mut r = Response::new(body);
+    *r.status_mut() = parts.status;
+    let mut headers = parts.headers;
+    headers.remove(CONTENT_LENGTH);
+    // One pass to see whether there is anything else to remove (there seldom is).
+    if headers.keys().any(|k| HOP_BY_HOP.contains(k)) {
+        for name in &HOP_BY_HOP {
+            headers.remove(name);
         }
     }
-    to.remove(CONTENT_LENGTH);
+    *r.headers_mut() = headers;
+    r
 }
 
 /// Writes the routing record when a committed body ends, and counts a failure after commit against
@@ -384,7 +405,7 @@ impl OnFinish for Finish {
                 .mid_stream_error(&health.target, &health.model);
         }
         settle(&shared, reservation, &rec);
-        finish_record(&shared, started, trace_start, rec);
+        finish_record(&shared, started, trace_start, rec, Some(&health));
     }
 }
 
@@ -406,6 +427,7 @@ fn finish_record(
     started: Instant,
     trace_start: Option<SystemTime>,
     mut rec: RoutingRecord,
+    served: Option<&DestHealth>,
 ) {
     let elapsed = started.elapsed();
     rec.latency_ms = ms(elapsed);
@@ -417,13 +439,8 @@ fn finish_record(
         &rec.reason,
         elapsed,
     );
-    if let (Some(u), Some(s)) = (&rec.usage, &rec.served_by) {
-        // The destination answered, so its health (and metric handles) exist already.
-        shared
-            .health
-            .get(&s.target, &s.model)
-            .metrics
-            .tokens(u.input_tokens, u.output_tokens);
+    if let (Some(u), Some(_), Some(h)) = (&rec.usage, &rec.served_by, served) {
+        h.metrics.tokens(u.input_tokens, u.output_tokens);
     }
     if let Some(start) = trace_start {
         let provider = rec.served_by.as_ref().and_then(|s| {
@@ -434,4 +451,54 @@ fn finish_record(
         m.traces().request(start, &rec, provider);
     }
     shared.log.record(rec);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_32_hex_digits_sharing_a_prefix_and_never_repeat() {
+        let (a, b) = (next_request_id(), next_request_id());
+        for id in [&a, &b] {
+            assert_eq!(id.len(), 32, "{id}");
+            assert!(id
+                .bytes()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        }
+        assert_eq!(a[..16], b[..16], "one per-process prefix");
+        assert_ne!(a, b);
+        let (na, nb) = (
+            u64::from_str_radix(&a[16..], 16).unwrap_or_default(),
+            u64::from_str_radix(&b[16..], 16).unwrap_or_default(),
+        );
+        assert!(nb > na, "the counter part increases: {a} then {b}");
+    }
+
+    #[test]
+    fn small_numbers_render_like_formatting_does() {
+        for n in [0usize, 1, 9, 10, 11, 123] {
+            assert_eq!(small_number(n).to_str().ok(), Some(n.to_string().as_str()));
+        }
+    }
+
+    #[test]
+    fn hop_by_hop_headers_are_dropped_and_the_rest_kept() {
+        let (mut parts, ()) = http::Response::new(()).into_parts();
+        for (k, v) in [
+            ("content-type", "application/json"),
+            ("content-length", "12"),
+            ("connection", "keep-alive"),
+            ("keep-alive", "timeout=5"),
+            ("x-request-id", "abc"),
+        ] {
+            parts
+                .headers
+                .insert(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        let r = answer(parts, Body::empty());
+        let mut names: Vec<&str> = r.headers().keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["content-type", "x-request-id"]);
+    }
 }
