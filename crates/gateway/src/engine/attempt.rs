@@ -355,7 +355,7 @@ pub async fn run(spec: AttemptSpec<'_>) -> Attempt {
         parts.headers.insert(http::header::CONTENT_TYPE, ct);
         parts.headers.remove("x-amzn-bedrock-content-type");
     }
-    let out = pipe.feed(first);
+    let out = pipe.feed_until_decided(first);
     let mut held_len = out.len();
     let mut held = vec![out];
     if spec.stream_commit == StreamCommit::FirstByte {
@@ -400,7 +400,7 @@ pub async fn run(spec: AttemptSpec<'_>) -> Attempt {
         }
         match next_data(&mut body, spec.deadline).await {
             Read::Data(d) => {
-                let out = pipe.feed(d);
+                let out = pipe.feed_until_decided(d);
                 held_len += out.len();
                 if !out.is_empty() {
                     held.push(out);

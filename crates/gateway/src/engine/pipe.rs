@@ -68,29 +68,55 @@ impl Pipe {
         &self.state
     }
 
-    /// Takes upstream bytes; returns the bytes for the caller.
-    pub fn feed(&mut self, chunk: Bytes) -> Bytes {
+    /// True when the caller gets the upstream's bytes unchanged (the pipe only watches them), so
+    /// they can be forwarded before they are read ([`Pipe::watch`]).
+    pub fn passes_through(&self) -> bool {
+        !matches!(self.way, Way::Translated { .. })
+    }
+
+    /// Reads bytes the caller already got unchanged (a pass-through pipe), to learn what they said.
+    pub fn watch(&mut self, chunk: &[u8]) {
+        match &mut self.way {
+            Way::ChatPassthrough(decoder) => {
+                decoder.push(chunk);
+                read_chat(decoder, &mut self.state, false);
+            }
+            Way::Watched(decoder) => {
+                for ev in decoder.push(chunk) {
+                    watched(&mut self.state, &ev);
+                }
+            }
+            Way::Translated { .. } => {}
+        }
+    }
+
+    /// Before the commit: like [`Pipe::feed`], but a pass-through chat stream stops reading at the
+    /// first event that decides the commit (content, end or error), so a chunk carrying many events
+    /// is not read whole before the first token goes out. The rest waits in the decoder for the
+    /// next [`Pipe::watch`] or [`Pipe::catch_up`]. The whole chunk is returned either way.
+    pub fn feed_until_decided(&mut self, chunk: Bytes) -> Bytes {
         match &mut self.way {
             Way::ChatPassthrough(decoder) => {
                 decoder.push(&chunk);
-                while let Some(ev) = decoder.next_event() {
-                    if let Some(u) = openai_chat::stream_event_usage(&ev) {
-                        self.state.usage = Some(u);
-                    }
-                    // Once content has been seen only the end and errors matter: no JSON parse.
-                    let meaning = if self.state.seen_content {
-                        openai_chat::classify_stream_event_after_content(&ev)
-                    } else {
-                        openai_chat::classify_stream_event(&ev)
-                    };
-                    classified(&mut self.state, meaning);
-                }
+                read_chat(decoder, &mut self.state, true);
                 chunk
             }
-            Way::Watched(decoder) => {
-                for ev in decoder.push(&chunk) {
-                    watched(&mut self.state, &ev);
-                }
+            _ => self.feed(chunk),
+        }
+    }
+
+    /// Reads whatever [`Pipe::feed_until_decided`] left in the decoder.
+    pub fn catch_up(&mut self) {
+        if let Way::ChatPassthrough(decoder) = &mut self.way {
+            read_chat(decoder, &mut self.state, false);
+        }
+    }
+
+    /// Takes upstream bytes; returns the bytes for the caller.
+    pub fn feed(&mut self, chunk: Bytes) -> Bytes {
+        match &mut self.way {
+            Way::ChatPassthrough(_) | Way::Watched(_) => {
+                self.watch(&chunk);
                 chunk
             }
             Way::Translated { decoder, encoder } => {
@@ -107,6 +133,7 @@ impl Pipe {
     /// The bytes that end the caller's stream with an explicit error after an upstream failure —
     /// `None` when the caller already received the upstream's own error event.
     pub fn error_tail(&mut self, message: &str) -> Option<Bytes> {
+        self.catch_up();
         if self.state.error.is_some() {
             return None;
         }
@@ -118,6 +145,26 @@ impl Pipe {
                 message: message.to_owned(),
             })),
             _ => Some(self.caller.render_stream_error(message)),
+        }
+    }
+}
+
+/// Reads the complete events buffered in a chat pass-through decoder; with `until_decided`, stops
+/// after the first that decides the commit.
+fn read_chat(decoder: &mut SseDecoder, state: &mut StreamState, until_decided: bool) {
+    while let Some(ev) = decoder.next_event() {
+        if let Some(u) = openai_chat::stream_event_usage(&ev) {
+            state.usage = Some(u);
+        }
+        // Once content has been seen only the end and errors matter: no JSON parse.
+        let meaning = if state.seen_content {
+            openai_chat::classify_stream_event_after_content(&ev)
+        } else {
+            openai_chat::classify_stream_event(&ev)
+        };
+        classified(state, meaning);
+        if until_decided && (state.seen_content || state.seen_done || state.error.is_some()) {
+            return;
         }
     }
 }

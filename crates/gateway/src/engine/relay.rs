@@ -40,6 +40,15 @@ pub struct RelayBody {
     rest: Option<Incoming>,
     /// Streams go through a pipe; plain bodies pass as they are.
     pipe: Option<Pipe>,
+    /// A chunk a pass-through pipe forwarded before reading it. The caller never waits for the
+    /// pipe: what was forwarded is read once the upstream has nothing more for the moment and the
+    /// bytes have been handed to the connection (see `behind`), or before the next chunk.
+    unwatched: Option<Bytes>,
+    /// The caller was sent bytes the pipe has not read yet (`unwatched`, or events the commit
+    /// decision did not need to read).
+    behind: bool,
+    /// Returned `Pending` once so the connection flushes before the pipe catches up.
+    yielded: bool,
     /// The caller's dialect (usage is read from a plain body in it).
     caller: Dialect,
     deadline: Pin<Box<Sleep>>,
@@ -73,7 +82,10 @@ impl RelayBody {
         RelayBody {
             held: held.into(),
             rest: Some(rest),
+            behind: pipe.as_ref().is_some_and(Pipe::passes_through),
             pipe,
+            unwatched: None,
+            yielded: false,
             caller,
             deadline: Box::pin(tokio::time::sleep_until(deadline)),
             trailer: None,
@@ -83,8 +95,27 @@ impl RelayBody {
         }
     }
 
+    /// Lets the pipe read everything already forwarded (and anything it left for later); notes an
+    /// upstream error event found there.
+    fn catch_up(&mut self) {
+        let Some(pipe) = self.pipe.as_mut() else {
+            return;
+        };
+        let had_error = pipe.state().error.is_some();
+        if let Some(chunk) = self.unwatched.take() {
+            pipe.watch(&chunk);
+        }
+        pipe.catch_up();
+        self.behind = false;
+        if !had_error && pipe.state().error.is_some() {
+            self.end.mid_stream_error = true;
+            self.end.detail.get_or_insert("upstreamErrorEvent");
+        }
+    }
+
     /// The upstream stopped early: for a stream, queue the explicit error event.
     fn fail(&mut self, detail: &'static str, message: &str) {
+        self.catch_up();
         self.rest = None;
         self.end.mid_stream_error = true;
         self.end.detail.get_or_insert(detail);
@@ -94,6 +125,7 @@ impl RelayBody {
     }
 
     fn finish(&mut self) {
+        self.catch_up();
         if let Some(f) = self.on_finish.take() {
             let mut end = std::mem::take(&mut self.end);
             end.usage = match (&self.pipe, self.capture.take()) {
@@ -130,6 +162,9 @@ impl Body for RelayBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
+        if std::mem::take(&mut this.yielded) {
+            this.catch_up();
+        }
         loop {
             if let Some(b) = this.held.pop_front() {
                 return Poll::Ready(Some(Ok(Frame::data(b))));
@@ -153,7 +188,14 @@ impl Body for RelayBody {
                 continue;
             }
             match Pin::new(rest).poll_frame(cx) {
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    if this.behind {
+                        // Let the connection send what it has first; catch up on the next poll.
+                        this.yielded = true;
+                        cx.waker().wake_by_ref();
+                    }
+                    return Poll::Pending;
+                }
                 Poll::Ready(Some(Ok(frame))) => {
                     let Ok(data) = frame.into_data() else {
                         continue;
@@ -161,7 +203,17 @@ impl Body for RelayBody {
                     match this.pipe.as_mut() {
                         Some(pipe) => {
                             let had_error = pipe.state().error.is_some();
-                            let out = pipe.feed(data);
+                            let out = if pipe.passes_through() {
+                                // Forward now; the pipe reads it later (the previous chunk, if
+                                // still unread, is read first to keep the order).
+                                if let Some(previous) = this.unwatched.replace(data.clone()) {
+                                    pipe.watch(&previous);
+                                }
+                                this.behind = true;
+                                data
+                            } else {
+                                pipe.feed(data)
+                            };
                             if !had_error && pipe.state().error.is_some() {
                                 this.end.mid_stream_error = true;
                                 this.end.detail.get_or_insert("upstreamErrorEvent");
@@ -194,6 +246,7 @@ impl Body for RelayBody {
                     }
                 }
                 Poll::Ready(None) => {
+                    this.catch_up();
                     let ended_cleanly = this
                         .pipe
                         .as_ref()
