@@ -326,6 +326,37 @@ async fn error_event_before_first_token_reaches_the_caller_with_first_byte_commi
     assert_eq!((env.hits("m-late"), env.hits("m-ok")), (1, 0));
 }
 
+/// The relay hands pass-through chunks on before it reads them; an upstream error event that
+/// arrives with or right after the content is still read (before the body ends), counted as a
+/// mid-stream error, and not followed by a second, gateway-made error event.
+#[tokio::test]
+async fn an_upstream_error_event_after_content_is_relayed_once_and_counted() {
+    let late = Behaviour {
+        reply: Some("alpha beta".into()),
+        stream_chunks: Some(2),
+        stream_error_after_chunks: Some(2),
+        ..Behaviour::default()
+    };
+    let env = start(ONE_TARGET, behaviours(&[("m-late2", late)])).await;
+    let r = env.chat("m-late2", true).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(common::streamed_text(&r.body), "alpha beta");
+    assert_eq!(
+        r.body.matches("data: {\"error\":").count(),
+        1,
+        "the upstream's error event, and no gateway-made one after it: {}",
+        r.body
+    );
+    assert!(r.body.contains("server_error"), "{}", r.body);
+    assert!(!r.body.contains("[DONE]"));
+    let rec = env.record(1).await;
+    assert!(rec.committed);
+    assert!(rec.mid_stream_error);
+    assert_eq!(rec.outcome, "ERROR");
+    assert_eq!(rec.reason, "servedByPrimary");
+    assert_eq!(env.hits("m-late2"), 1, "no fallback after commit");
+}
+
 #[tokio::test]
 async fn refused_connection_falls_back_with_connection_error() {
     let yaml = r#"
