@@ -85,6 +85,16 @@ impl ParsedRequest {
             }
             Err(e) => return Err(ParseError::NotJson(e.to_string())),
         };
+        let request = Self::from_members(dialect, text, &top)?;
+        Ok(ParsedRequest { body, ..request })
+    }
+
+    /// What routing needs from the top-level members `top` of `text` (the body, as text).
+    fn from_members(
+        dialect: Dialect,
+        text: &str,
+        top: &TopMembers<'_>,
+    ) -> Result<ParsedRequest, ParseError> {
         let raw_model = top.model.ok_or(ParseError::MissingModel)?;
         let model: String =
             serde_json::from_str(raw_model.get()).map_err(|_| ParseError::BadField {
@@ -118,14 +128,14 @@ impl ParsedRequest {
         let features = Features {
             tools,
             json_schema,
-            estimated_prompt_tokens: (body.len() as u64) / 4,
+            estimated_prompt_tokens: (text.len() as u64) / 4,
         };
         Ok(ParsedRequest {
             dialect,
             model,
             stream,
             features,
-            body,
+            body: Bytes::new(),
             model_span,
         })
     }
@@ -322,49 +332,14 @@ mod tests {
             }
             Err(e) => return Err(ParseError::NotJson(e.to_string())),
         };
-        let raw_model = top.get("model").ok_or(ParseError::MissingModel)?;
-        let model: String =
-            serde_json::from_str(raw_model.get()).map_err(|_| ParseError::BadField {
-                field: "model",
-                expected: "a string",
-            })?;
-        if model.trim().is_empty() {
-            return Err(ParseError::MissingModel);
-        }
-        let start = raw_model.get().as_ptr() as usize - text.as_ptr() as usize;
-        let model_span = start..start + raw_model.get().len();
-        let stream = match top.get("stream") {
-            None => false,
-            Some(raw) => match raw.get() {
-                "true" => true,
-                "false" | "null" => false,
-                _ => {
-                    return Err(ParseError::BadField {
-                        field: "stream",
-                        expected: "a boolean",
-                    })
-                }
-            },
+        let members = TopMembers {
+            model: top.get("model").copied(),
+            stream: top.get("stream").copied(),
+            tools: top.get("tools").copied(),
+            response_format: top.get("response_format").copied(),
         };
-        let tools = top
-            .get("tools")
-            .is_some_and(|raw| !matches!(raw.get(), "null" | "[]"));
-        let json_schema = top
-            .get("response_format")
-            .is_some_and(|raw| raw.get().contains("\"json_schema\""));
-        let features = Features {
-            tools,
-            json_schema,
-            estimated_prompt_tokens: (body.len() as u64) / 4,
-        };
-        Ok(ParsedRequest {
-            dialect,
-            model,
-            stream,
-            features,
-            body,
-            model_span,
-        })
+        let request = ParsedRequest::from_members(dialect, text, &members)?;
+        Ok(ParsedRequest { body, ..request })
     }
 
     fn assert_same_as_reference(body: &[u8]) {
