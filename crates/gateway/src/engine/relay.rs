@@ -30,6 +30,14 @@ pub struct RelayEnd {
     pub caller_gone: bool,
 }
 
+impl RelayEnd {
+    /// The upstream sent an error event in the stream (the first reason given is kept).
+    fn upstream_error_event(&mut self) {
+        self.mid_stream_error = true;
+        self.detail.get_or_insert("upstreamErrorEvent");
+    }
+}
+
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Non-stream bodies are kept (by reference) up to this size so usage can be read at the end.
@@ -73,8 +81,7 @@ impl RelayBody {
             Some(p) => {
                 // An error event may already be among the held bytes (firstByte commit).
                 if p.state().error.is_some() {
-                    end.mid_stream_error = true;
-                    end.detail = Some("upstreamErrorEvent");
+                    end.upstream_error_event();
                 }
                 None
             }
@@ -108,8 +115,7 @@ impl RelayBody {
         pipe.catch_up();
         self.behind = false;
         if !had_error && pipe.state().error.is_some() {
-            self.end.mid_stream_error = true;
-            self.end.detail.get_or_insert("upstreamErrorEvent");
+            self.end.upstream_error_event();
         }
     }
 
@@ -215,8 +221,7 @@ impl Body for RelayBody {
                                 pipe.feed(data)
                             };
                             if !had_error && pipe.state().error.is_some() {
-                                this.end.mid_stream_error = true;
-                                this.end.detail.get_or_insert("upstreamErrorEvent");
+                                this.end.upstream_error_event();
                             }
                             if !out.is_empty() {
                                 return Poll::Ready(Some(Ok(Frame::data(out))));

@@ -14,7 +14,7 @@ use http::HeaderValue;
 use http_body_util::Full;
 use sidetrack_dialects::Dialect;
 
-use super::{post, BuildError, Outbound};
+use super::{bearer, post, secret, BuildError, Outbound};
 
 pub fn request(out: Outbound<'_>) -> Result<http::Request<Full<Bytes>>, BuildError> {
     // The dialect modules own the paths (and botocore-style model-id encoding).
@@ -42,10 +42,9 @@ pub fn request(out: Outbound<'_>) -> Result<http::Request<Full<Bytes>>, BuildErr
         .ok()
         .filter(|t| !t.is_empty());
     if let Some(token) = env_token {
-        let mut v = HeaderValue::try_from(format!("Bearer {token}")).map_err(|_| {
+        let v = secret(bearer(&token)).ok_or_else(|| {
             BuildError("AWS_BEARER_TOKEN_BEDROCK is not a valid header value".into())
         })?;
-        v.set_sensitive(true);
         h.insert(AUTHORIZATION, v);
         return Ok(req);
     }

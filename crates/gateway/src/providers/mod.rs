@@ -77,11 +77,10 @@ impl Endpoint {
             .ok()
             .filter(|u| u.scheme() == Some(&http::uri::Scheme::HTTP))
             .and_then(|u| HeaderValue::from_str(u.authority()?.as_str()).ok());
-        let credential = target.api_key.as_ref().map(|k| {
-            let mut v = HeaderValue::try_from(credential(k.expose())).map_err(|_| ())?;
-            v.set_sensitive(true);
-            Ok(v)
-        });
+        let credential = target
+            .api_key
+            .as_ref()
+            .map(|k| secret(credential(k.expose())).ok_or(()));
         Endpoint {
             uris,
             host,
@@ -117,6 +116,13 @@ fn join(base: &str, path: &str) -> Result<Uri, http::uri::InvalidUri> {
 
 fn bearer(key: &str) -> String {
     format!("Bearer {key}")
+}
+
+/// A credential as a header value, marked sensitive (never logged); `None` if it cannot be one.
+fn secret(value: String) -> Option<HeaderValue> {
+    let mut v = HeaderValue::try_from(value).ok()?;
+    v.set_sensitive(true);
+    Some(v)
 }
 
 fn client(connect_timeout: Duration) -> HttpClient {
