@@ -4,6 +4,7 @@
 //! are the same thing at request time and no comparison leaks timing about a key's prefix.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use http::HeaderMap;
 use sha2::{Digest, Sha256};
@@ -15,7 +16,8 @@ pub const ANONYMOUS: &str = "anonymous";
 
 #[derive(Debug, Clone)]
 pub struct Principal {
-    pub name: String,
+    /// Shared with the routing record (no copy per request).
+    pub name: Arc<str>,
     /// Model allow-list globs; `None` = any model.
     pub models: Option<Vec<String>>,
     /// Gateway rate limits for this principal.
@@ -25,7 +27,7 @@ pub struct Principal {
 impl Principal {
     pub fn anonymous() -> Principal {
         Principal {
-            name: ANONYMOUS.to_owned(),
+            name: ANONYMOUS.into(),
             models: None,
             limits: None,
         }
@@ -44,11 +46,22 @@ pub enum AuthError {
     Invalid,
 }
 
-/// Digest → principal, built once per config.
-#[derive(Debug, Default)]
+/// Digest → principal, built once per config. Requests share its principals.
+#[derive(Debug)]
 pub struct KeyTable {
     enabled: bool,
-    by_digest: HashMap<[u8; 32], Principal>,
+    by_digest: HashMap<[u8; 32], Arc<Principal>>,
+    anonymous: Arc<Principal>,
+}
+
+impl Default for KeyTable {
+    fn default() -> KeyTable {
+        KeyTable {
+            enabled: false,
+            by_digest: HashMap::new(),
+            anonymous: Arc::new(Principal::anonymous()),
+        }
+    }
 }
 
 impl KeyTable {
@@ -66,24 +79,25 @@ impl KeyTable {
                 };
                 (
                     digest,
-                    Principal {
-                        name: k.principal.clone(),
+                    Arc::new(Principal {
+                        name: k.principal.as_str().into(),
                         models: k.models.clone(),
                         limits: k.limits,
-                    },
+                    }),
                 )
             })
             .collect();
         KeyTable {
             enabled: true,
             by_digest,
+            ..KeyTable::default()
         }
     }
 
     /// The principal for a request: `Authorization: Bearer <key>` or `x-api-key: <key>`.
-    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, AuthError> {
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<Principal>, AuthError> {
         if !self.enabled {
-            return Ok(Principal::anonymous());
+            return Ok(self.anonymous.clone());
         }
         let key = presented_key(headers).ok_or(AuthError::Missing)?;
         let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();

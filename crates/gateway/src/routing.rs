@@ -10,6 +10,7 @@ use sidetrack_config::{
     Target,
 };
 use sidetrack_resilience::Triggers;
+use smallvec::{smallvec, SmallVec};
 
 use crate::glob::{glob_match, is_glob};
 
@@ -55,7 +56,8 @@ impl Dest<'_> {
 #[derive(Debug, Clone)]
 pub struct Hop<'a> {
     pub index: usize,
-    pub destinations: Vec<Dest<'a>>,
+    /// Usually one (a static route's hop); priority groups hold more.
+    pub destinations: SmallVec<[Dest<'a>; 1]>,
     pub policy: Cow<'a, HopPolicy>,
 }
 
@@ -69,7 +71,7 @@ pub struct Plan<'a> {
     pub leg: Option<usize>,
 }
 
-/// What a request brings to route resolution.
+/// What a request brings to route resolution. The plan borrows the model from it.
 pub struct RouteInput<'r> {
     pub model: &'r str,
     pub principal: &'r str,
@@ -107,11 +109,13 @@ impl Picker {
     }
 }
 
-fn default_policy() -> HopPolicy {
-    HopPolicy {
+/// The policy of a hop that no rule configured (pinned and default routes).
+fn default_policy() -> &'static HopPolicy {
+    static DEFAULT: std::sync::LazyLock<HopPolicy> = std::sync::LazyLock::new(|| HopPolicy {
         triggers: Triggers::default_set(),
         first_byte_timeout: None,
-    }
+    });
+    &DEFAULT
 }
 
 fn matcher_matches(m: &Matcher, value: &str) -> bool {
@@ -121,12 +125,9 @@ fn matcher_matches(m: &Matcher, value: &str) -> bool {
     })
 }
 
-fn dest<'a>(cfg: &'a Config, r: &'a DestinationRef, caller_model: &str) -> Option<Dest<'a>> {
+fn dest<'a>(cfg: &'a Config, r: &'a DestinationRef, caller_model: &'a str) -> Option<Dest<'a>> {
     let target_index = cfg.targets.iter().position(|t| t.name == r.target)?;
-    let model = match &r.model {
-        Some(m) => Cow::Borrowed(m.as_str()),
-        None => Cow::Owned(caller_model.to_owned()),
-    };
+    let model = Cow::Borrowed(r.model.as_deref().unwrap_or(caller_model));
     Some(Dest {
         target_index,
         target: &cfg.targets[target_index],
@@ -134,12 +135,12 @@ fn dest<'a>(cfg: &'a Config, r: &'a DestinationRef, caller_model: &str) -> Optio
     })
 }
 
-fn static_hops<'a>(cfg: &'a Config, route: &'a StaticRoute, model: &str) -> Vec<Hop<'a>> {
+fn static_hops<'a>(cfg: &'a Config, route: &'a StaticRoute, model: &'a str) -> Vec<Hop<'a>> {
     let mut hops = Vec::with_capacity(1 + route.fallbacks.len());
     if let Some(d) = dest(cfg, &route.primary, model) {
         hops.push(Hop {
             index: 0,
-            destinations: vec![d],
+            destinations: smallvec![d],
             policy: Cow::Borrowed(&route.primary_policy),
         });
     }
@@ -147,7 +148,7 @@ fn static_hops<'a>(cfg: &'a Config, route: &'a StaticRoute, model: &str) -> Vec<
         if let Some(d) = dest(cfg, &fb.destination, model) {
             hops.push(Hop {
                 index: i + 1,
-                destinations: vec![d],
+                destinations: smallvec![d],
                 policy: Cow::Borrowed(&fb.policy),
             });
         }
@@ -155,12 +156,40 @@ fn static_hops<'a>(cfg: &'a Config, route: &'a StaticRoute, model: &str) -> Vec<
     hops
 }
 
-/// Resolves the route for one request. `None` means nothing can serve the model (UNROUTABLE).
-pub fn resolve<'a>(cfg: &'a Config, input: &RouteInput<'_>, picker: &Picker) -> Option<Plan<'a>> {
+/// What route resolution decided for one request.
+pub enum Resolved<'a> {
+    Plan(Plan<'a>),
+    /// No rule routes the request, and this rule, which routes the model, excludes the principal:
+    /// refused (403) rather than sent on by pinning or default routing, so a rule's principal list
+    /// cannot be bypassed through a target that also lists the model.
+    Denied(&'a sidetrack_config::Rule),
+    /// Nothing can serve the model.
+    Unroutable,
+}
+
+/// Resolves the route for one request: a `target/model` pin, else the first matching rule, else
+/// default routing.
+pub fn resolve<'a>(cfg: &'a Config, input: &RouteInput<'a>, picker: &Picker) -> Resolved<'a> {
     if let Some(plan) = pinned(cfg, input.model) {
-        return Some(plan);
+        return match denied_by(cfg, input.model, input.principal) {
+            Some(rule) => Resolved::Denied(rule),
+            None => Resolved::Plan(plan),
+        };
     }
-    if let Some(rule) = find_rule(cfg, input.model, input.principal) {
+    // One pass over the rules finds the rule that routes the request, or else the first that
+    // would have routed the model for another principal.
+    let mut denied = None;
+    let routing_rule = cfg.rules.iter().find(|rule| {
+        if !models_match(rule, input.model) {
+            return false;
+        }
+        let admits = principals_match(rule, input.principal);
+        if !admits {
+            denied.get_or_insert(*rule);
+        }
+        admits
+    });
+    if let Some(rule) = routing_rule {
         let (hops, breaker_mode, leg) = match &rule.route {
             Route::Static(s) => (static_hops(cfg, s, input.model), s.breaker_mode, None),
             Route::PriorityGroups(groups) => {
@@ -211,7 +240,7 @@ pub fn resolve<'a>(cfg: &'a Config, input: &RouteInput<'_>, picker: &Picker) -> 
                 )
             }
         };
-        return Some(Plan {
+        return Resolved::Plan(Plan {
             rule: Some(rule.name.as_str()),
             match_type: MatchType::Rule,
             breaker_mode,
@@ -219,12 +248,16 @@ pub fn resolve<'a>(cfg: &'a Config, input: &RouteInput<'_>, picker: &Picker) -> 
             leg,
         });
     }
-    default_route(cfg, input.model, picker)
+    if let Some(rule) = denied {
+        return Resolved::Denied(rule);
+    }
+    match default_route(cfg, input.model, picker) {
+        Some(plan) => Resolved::Plan(plan),
+        None => Resolved::Unroutable,
+    }
 }
 
-/// A rule that routes this model but whose `matchPrincipals` excludes the principal: such a
-/// request is refused (403) rather than sent on by default routing, so a rule's principal list
-/// cannot be bypassed through a target that also lists the model.
+/// The first rule that routes this model but whose `matchPrincipals` excludes the principal.
 pub fn denied_by<'a>(
     cfg: &'a Config,
     model: &str,
@@ -261,7 +294,7 @@ fn principals_match(rule: &sidetrack_config::Rule, principal: &str) -> bool {
 }
 
 /// `target-name/model` pins that target (checked before rules: an explicit pin wins).
-pub fn pinned<'a>(cfg: &'a Config, model: &str) -> Option<Plan<'a>> {
+pub fn pinned<'a>(cfg: &'a Config, model: &'a str) -> Option<Plan<'a>> {
     let (target, rest) = model.split_once('/')?;
     let target_index = cfg.targets.iter().position(|t| t.name == target)?;
     if rest.is_empty() {
@@ -272,40 +305,35 @@ pub fn pinned<'a>(cfg: &'a Config, model: &str) -> Option<Plan<'a>> {
 
 /// Default routing: the targets whose `models` match; an exact entry beats a glob; round-robin
 /// among equals. Targets without `models` take no part.
-pub fn default_route<'a>(cfg: &'a Config, model: &str, picker: &Picker) -> Option<Plan<'a>> {
-    let exact: Vec<usize> = (0..cfg.targets.len())
-        .filter(|&i| {
-            cfg.targets[i]
-                .models
-                .iter()
-                .any(|g| !is_glob(g) && g == model)
-        })
-        .collect();
-    let candidates = if exact.is_empty() {
-        (0..cfg.targets.len())
-            .filter(|&i| {
-                cfg.targets[i]
-                    .models
-                    .iter()
-                    .any(|g| is_glob(g) && glob_match(g, model))
+pub fn default_route<'a>(cfg: &'a Config, model: &'a str, picker: &Picker) -> Option<Plan<'a>> {
+    for exact in [true, false] {
+        let serves = |t: &&Target| {
+            t.models.iter().any(|g| {
+                if exact {
+                    g == model && !is_glob(g)
+                } else {
+                    is_glob(g) && glob_match(g, model)
+                }
             })
-            .collect()
-    } else {
-        exact
-    };
-    if candidates.is_empty() {
-        return None;
+        };
+        // Counted, then the drawn one found again: no list per request.
+        let n = cfg.targets.iter().filter(serves).count();
+        if n == 0 {
+            continue;
+        }
+        let k = (picker.next() % n as u64) as usize;
+        let target = cfg.targets.iter().filter(serves).nth(k)?;
+        let target_index = cfg.targets.iter().position(|t| std::ptr::eq(t, target))?;
+        return Some(single_hop(cfg, MatchType::Default, target_index, model));
     }
-    let target_index = candidates[(picker.next() % candidates.len() as u64) as usize];
-    Some(single_hop(cfg, MatchType::Default, target_index, model))
+    None
 }
 
-/// A one-hop plan with the default triggers and no first-byte timeout (pinned and default routing).
 fn single_hop<'a>(
     cfg: &'a Config,
     match_type: MatchType,
     target_index: usize,
-    model: &str,
+    model: &'a str,
 ) -> Plan<'a> {
     Plan {
         rule: None,
@@ -313,12 +341,12 @@ fn single_hop<'a>(
         breaker_mode: BreakerMode::Enabled,
         hops: vec![Hop {
             index: 0,
-            destinations: vec![Dest {
+            destinations: smallvec![Dest {
                 target_index,
                 target: &cfg.targets[target_index],
-                model: Cow::Owned(model.to_owned()),
+                model: Cow::Borrowed(model),
             }],
-            policy: Cow::Owned(default_policy()),
+            policy: Cow::Borrowed(default_policy()),
         }],
         leg: None,
     }

@@ -67,7 +67,7 @@ async fn breaker_opens_skips_probes_one_at_a_time_closes_and_backs_off() {
         assert_eq!(Env::route(&rec), ["up/m-f"]);
         assert_eq!(rec.skipped.len(), 1);
         assert_eq!(
-            (rec.skipped[0].model.as_str(), rec.skipped[0].why.as_str()),
+            (&*rec.skipped[0].model, rec.skipped[0].why.as_str()),
             ("m-p", "BREAKER_OPEN")
         );
     }

@@ -54,7 +54,7 @@ async fn anthropic_sdk_messages_and_streams_with_both_auth_styles() {
     );
     let rec = env.record(1).await;
     assert_eq!(
-        (rec.dialect, rec.principal.as_str()),
+        (rec.dialect, &*rec.principal),
         ("anthropic-messages", "app")
     );
     // A wrong key is refused in Anthropic's shape.
@@ -264,7 +264,7 @@ rules:
     let rec = env.record(1).await;
     assert_eq!(rec.skipped.len(), 1);
     assert_eq!(
-        (rec.skipped[0].target.as_str(), rec.skipped[0].why.as_str()),
+        (&*rec.skipped[0].target, rec.skipped[0].why.as_str()),
         ("plain", "INELIGIBLE:tools")
     );
     assert_eq!(Env::route(&rec), ["tooled/m-tools"]);
@@ -330,7 +330,7 @@ targets:
     }
     assert_eq!(env.hits(model), 4);
     assert_eq!(
-        env.record(1).await.principal,
+        &*env.record(1).await.principal,
         "aws-app",
         "the bearer token authenticated the caller"
     );

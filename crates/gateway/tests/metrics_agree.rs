@@ -65,7 +65,7 @@ rules:
     // requests_total by reason.
     let mut by_reason: BTreeMap<String, f64> = BTreeMap::new();
     for r in &recs {
-        *by_reason.entry(r.reason.clone()).or_default() += 1.0;
+        *by_reason.entry(r.reason.to_string()).or_default() += 1.0;
     }
     for (reason, n) in &by_reason {
         let total: f64 = m
@@ -82,7 +82,11 @@ rules:
     let mut attempts: BTreeMap<(String, String, String), f64> = BTreeMap::new();
     for a in recs.iter().flat_map(|r| &r.attempts) {
         *attempts
-            .entry((a.target.clone(), a.model.clone(), a.outcome.to_owned()))
+            .entry((
+                a.target.to_string(),
+                a.model.to_string(),
+                a.outcome.to_owned(),
+            ))
             .or_default() += 1.0;
     }
     for ((t, mo, o), n) in &attempts {
@@ -137,7 +141,7 @@ rules:
     for r in &recs {
         if let (Some(u), Some(s)) = (&r.usage, &r.served_by) {
             let e = tokens
-                .entry((s.target.clone(), s.model.clone()))
+                .entry((s.target.to_string(), s.model.to_string()))
                 .or_default();
             e.0 += u.input_tokens as f64;
             e.1 += u.output_tokens as f64;

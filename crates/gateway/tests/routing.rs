@@ -82,7 +82,7 @@ async fn match_principals_selects_the_rule_and_the_pinned_model_is_sent() {
         (rec.rule_name.as_deref(), rec.match_type),
         (Some("team-a-only"), Some("RULE"))
     );
-    assert_eq!(rec.principal, "team-a");
+    assert_eq!(&*rec.principal, "team-a");
 
     // team-b is outside the rule's principals: refused, not sent on by default routing (alpha
     // also lists gpt-*), so the rule's principal list cannot be bypassed.

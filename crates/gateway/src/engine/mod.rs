@@ -15,6 +15,7 @@ use sidetrack_dialects::ParsedRequest;
 use sidetrack_resilience::{
     parse_retry_after, BreakerState, ConditionInput, ErrorKind, Outcome, UnhealthyCondition,
 };
+use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::health::{Admit, DestHealth, Health, ProbeGuard, Verdict};
@@ -35,8 +36,8 @@ pub struct WalkOutput {
 /// The hop whose result goes back to the caller.
 pub struct Returned {
     pub hop: usize,
-    pub target: String,
-    pub model: String,
+    pub target: Arc<str>,
+    pub model: Arc<str>,
     pub outcome: Outcome,
     /// True when the outcome matched the hop's triggers (the chain ran out).
     pub fired: bool,
@@ -46,8 +47,8 @@ pub struct Returned {
     pub health: Arc<DestHealth>,
 }
 
-pub struct WalkInput<'a> {
-    pub plan: &'a Plan<'a>,
+pub struct WalkInput<'a, 'p> {
+    pub plan: &'a Plan<'p>,
     pub request: &'a ParsedRequest,
     pub upstreams: &'a Upstreams,
     pub deadline: Instant,
@@ -114,17 +115,17 @@ fn ineligible(dest: &Dest<'_>, req: &ParsedRequest) -> Option<&'static str> {
 /// closes soonest is tried anyway (the last remaining hop is never skipped by a breaker).
 fn choose<'p, 'a>(
     hop: &'p Hop<'a>,
-    input: &WalkInput<'_>,
+    input: &WalkInput<'_, '_>,
     last_remaining: bool,
     skipped: &mut Vec<(usize, Skip)>,
 ) -> Option<Chosen<'p, 'a>> {
-    let health: Vec<Arc<DestHealth>> = hop
+    let health: SmallVec<[Arc<DestHealth>; 2]> = hop
         .destinations
         .iter()
         .map(|d| input.health.get(&d.target.name, &d.model))
         .collect();
     let respect_breakers = input.plan.breaker_mode == BreakerMode::Enabled;
-    let mut candidates: Vec<usize> = Vec::with_capacity(health.len());
+    let mut candidates: SmallVec<[usize; 4]> = SmallVec::new();
     let mut open: Vec<usize> = Vec::new();
     for (i, h) in health.iter().enumerate() {
         if h.is_disabled() {
@@ -204,18 +205,19 @@ fn choose<'p, 'a>(
 
 fn record_skip(
     out: &mut WalkOutput,
-    input: &WalkInput<'_>,
+    input: &WalkInput<'_, '_>,
     hop: &Hop<'_>,
     d: &Dest<'_>,
     why: &Skip,
 ) {
     let label = why.label();
-    input.health.get(&d.target.name, &d.model).note_skip();
+    let health = input.health.get(&d.target.name, &d.model);
+    health.note_skip();
     input.metrics.skip(&d.target.name, &d.model, &label);
     out.skipped.push(SkipRecord {
         hop: hop.index,
-        target: d.target.name.clone(),
-        model: d.model.to_string(),
+        target: health.target.clone(),
+        model: health.model.clone(),
         why: label,
     });
 }
@@ -248,7 +250,7 @@ fn later_hop_usable(hops: &[Hop<'_>], health: &Health, req: &ParsedRequest) -> b
     })
 }
 
-pub async fn walk(input: WalkInput<'_>) -> WalkOutput {
+pub async fn walk(input: WalkInput<'_, '_>) -> WalkOutput {
     let mut out = WalkOutput {
         attempts: Vec::new(),
         skipped: Vec::new(),
@@ -301,8 +303,8 @@ pub async fn walk(input: WalkInput<'_>) -> WalkOutput {
         );
         out.attempts.push(AttemptRecord {
             hop: hop.index,
-            target: dest.target.name.clone(),
-            model: dest.model.to_string(),
+            target: health.target.clone(),
+            model: health.model.clone(),
             outcome: attempt.outcome.label(),
             status: attempt.outcome.status(),
             error_kind: attempt.outcome.error_kind().map(ErrorKind::as_str),
@@ -325,8 +327,8 @@ pub async fn walk(input: WalkInput<'_>) -> WalkOutput {
         };
         out.returned = Some(Returned {
             hop: hop.index,
-            target: dest.target.name.clone(),
-            model: dest.model.to_string(),
+            target: health.target.clone(),
+            model: health.model.clone(),
             outcome: attempt.outcome,
             fired,
             upstream,
@@ -398,7 +400,7 @@ fn condition_input<'a>(
 async fn attempt_one(
     dest: &Dest<'_>,
     hop: &Hop<'_>,
-    input: &WalkInput<'_>,
+    input: &WalkInput<'_, '_>,
 ) -> Result<attempt::Attempt, Skip> {
     if !dest.target_serves_model() {
         return Ok(attempt::Attempt {

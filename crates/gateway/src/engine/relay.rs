@@ -11,6 +11,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use sidetrack_dialects::{Dialect, Usage};
+use smallvec::SmallVec;
 use tokio::time::{Instant, Sleep};
 
 use super::pipe::Pipe;
@@ -61,7 +62,8 @@ pub struct RelayBody {
     caller: Dialect,
     deadline: Pin<Box<Sleep>>,
     trailer: Option<Bytes>,
-    capture: Option<(Vec<Bytes>, usize)>,
+    /// A plain body's chunks (shared, not copied) and their total length; usually one chunk.
+    capture: Option<(SmallVec<[Bytes; 2]>, usize)>,
     end: RelayEnd,
     on_finish: Option<Box<dyn OnFinish>>,
 }
@@ -77,7 +79,10 @@ impl RelayBody {
     ) -> RelayBody {
         let mut end = RelayEnd::default();
         let capture = match &pipe {
-            None => Some((held.clone(), held.iter().map(Bytes::len).sum())),
+            None => Some((
+                held.iter().cloned().collect(),
+                held.iter().map(Bytes::len).sum(),
+            )),
             Some(p) => {
                 // An error event may already be among the held bytes (firstByte commit).
                 if p.state().error.is_some() {

@@ -49,8 +49,9 @@ struct Inner {
 pub struct DestHealth {
     /// Its metric handles (no label lookups on the request path).
     pub metrics: DestMetrics,
-    pub target: String,
-    pub model: String,
+    /// Shared with the routing records of requests it serves (no copy per request).
+    pub target: Arc<str>,
+    pub model: Arc<str>,
     /// `target/model`, ready for the `x-sidetrack-served-by` header.
     pub served_by: Option<http::HeaderValue>,
     inner: Mutex<Inner>,
@@ -117,8 +118,8 @@ impl DestHealth {
     fn new(target: &str, model: &str, cfg: BreakerConfig, metrics: DestMetrics) -> DestHealth {
         DestHealth {
             metrics,
-            target: target.to_owned(),
-            model: model.to_owned(),
+            target: target.into(),
+            model: model.into(),
             served_by: http::HeaderValue::from_str(&format!("{target}/{model}")).ok(),
             inner: Mutex::new(Inner {
                 breaker: Breaker::new(cfg),
@@ -246,7 +247,7 @@ impl Health {
             .map(|t| (t.name.clone(), breaker_config(&t.circuit_breaker)))
             .collect();
         for d in self.all() {
-            if let (Some(p), Ok(mut inner)) = (policies.get(&d.target), d.inner.lock()) {
+            if let (Some(p), Ok(mut inner)) = (policies.get(&*d.target), d.inner.lock()) {
                 inner.breaker.set_config(p.clone());
             }
         }
@@ -563,8 +564,8 @@ impl Health {
                 let i = d.inner.lock().ok()?;
                 let state = i.breaker.state(now);
                 Some(Snapshot {
-                    target: d.target.clone(),
-                    model: d.model.clone(),
+                    target: d.target.to_string(),
+                    model: d.model.to_string(),
                     state,
                     disabled: d.is_disabled(),
                     open_remaining: match state {

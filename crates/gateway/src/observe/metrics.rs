@@ -8,11 +8,15 @@
 //!
 //! Cost per call: one read-lock on the family's label map (`Family::get_or_create`; the write lock is
 //! taken only the first time a label set is seen) plus an atomic add. Target/model labels are
-//! copied into owned strings to look the series up.
+//! copied into owned strings to look the series up. The two series touched by every request skip
+//! that: a destination's handles live with its health ([`DestMetrics`]), and `requests_total`
+//! handles are found by borrowed label values in a lock-free map ([`Metrics::request`]).
 
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::OnceLock;
+
+use arc_swap::ArcSwap;
 use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
@@ -225,6 +229,29 @@ pub struct RequestLabels {
     pub reason: Cow<'static, str>,
 }
 
+/// `requests_total` handles by label set. Its label sets are few (dialects × rules × status
+/// classes × reasons) and repeat, so it stops growing early.
+type SeenRequests = hashbrown::HashMap<RequestLabels, Counter, foldhash::fast::RandomState>;
+
+/// A [`RequestLabels`] of borrowed values, to look one up without building it. Same fields in the
+/// same order, so it hashes as the owned set does (a `Cow<str>` hashes as its `str`).
+#[derive(Hash)]
+struct RequestKey<'a> {
+    dialect: &'a str,
+    rule: &'a str,
+    status_class: &'static str,
+    reason: &'a str,
+}
+
+impl hashbrown::Equivalent<RequestLabels> for RequestKey<'_> {
+    fn equivalent(&self, owned: &RequestLabels) -> bool {
+        self.dialect == owned.dialect
+            && self.rule == owned.rule
+            && self.status_class == owned.status_class
+            && self.reason == owned.reason
+    }
+}
+
 /// One destination: a (target, model) pair.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct DestinationLabels {
@@ -290,6 +317,8 @@ type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
+    /// The `requests` handles seen so far, found by borrowed label values ([`RequestKey`]).
+    requests_seen: ArcSwap<SeenRequests>,
     attempts: Family<AttemptLabels, Counter>,
     fallbacks: Family<FallbackLabels, Counter>,
     skips: Family<SkipLabels, Counter>,
@@ -324,6 +353,7 @@ impl Metrics {
         let m = Metrics {
             registry: Registry::with_prefix("sidetrack"),
             requests: Family::default(),
+            requests_seen: ArcSwap::default(),
             attempts: Family::default(),
             fallbacks: Family::default(),
             skips: Family::default(),
@@ -434,13 +464,29 @@ impl Metrics {
         reason: &str,
         duration: Duration,
     ) {
-        let labels = RequestLabels {
-            dialect: interned(dialect, DIALECTS),
-            rule: rule_label(rule),
+        let key = RequestKey {
+            dialect,
+            rule: if rule.is_empty() { DEFAULT_RULE } else { rule },
             status_class: status_class(status),
-            reason: interned(reason, REASONS),
+            reason,
         };
-        self.requests.get_or_create(&labels).inc();
+        if let Some(counter) = self.requests_seen.load().get(&key) {
+            counter.inc();
+        } else {
+            let labels = RequestLabels {
+                dialect: interned(dialect, DIALECTS),
+                rule: rule_label(rule),
+                status_class: key.status_class,
+                reason: interned(reason, REASONS),
+            };
+            let counter = self.requests.get_or_create(&labels).clone();
+            counter.inc();
+            self.requests_seen.rcu(|seen| {
+                let mut seen = SeenRequests::clone(seen);
+                seen.insert(labels.clone(), counter.clone());
+                seen
+            });
+        }
         self.request_duration.observe(duration.as_secs_f64());
     }
 
@@ -802,6 +848,42 @@ mod tests {
             "4"
         );
         assert_eq!(value(&m, "sidetrack_request_duration_seconds_sum"), "3.04");
+    }
+
+    #[test]
+    fn request_counters_are_found_again_by_borrowed_labels() {
+        let m = Metrics::new();
+        let ms = Duration::from_millis(1);
+        for _ in 0..3 {
+            m.request("openai-chat", "", 200, "servedByPrimary", ms);
+        }
+        m.request("openai-chat", "team-rule", 503, "chainExhausted", ms);
+        m.request("openai-chat", "team-rule", 503, "chainExhausted", ms);
+        // One entry per label set: a key that hashed differently from its owned set would miss
+        // every time and never be counted through the map.
+        let seen = m.requests_seen.load();
+        assert_eq!(seen.len(), 2);
+        let key = RequestKey {
+            dialect: "openai-chat",
+            rule: DEFAULT_RULE,
+            status_class: "2xx",
+            reason: "servedByPrimary",
+        };
+        assert!(seen.get(&key).is_some());
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_requests_total{dialect="openai-chat",rule="default",status_class="2xx",reason="servedByPrimary"}"#
+            ),
+            "3"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_requests_total{dialect="openai-chat",rule="team-rule",status_class="5xx",reason="chainExhausted"}"#
+            ),
+            "2"
+        );
     }
 
     #[test]

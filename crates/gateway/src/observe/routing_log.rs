@@ -1,6 +1,7 @@
 //! One JSON line per request (SPEC §7.1), written off the request path by a background task.
 //! No prompt or completion text ever enters a [`RoutingRecord`].
 
+use std::borrow::Cow;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,16 +13,16 @@ use tokio::sync::{mpsc, Notify};
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ServedBy {
-    pub target: String,
-    pub model: String,
+    pub target: Arc<str>,
+    pub model: Arc<str>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct AttemptRecord {
     pub hop: usize,
-    pub target: String,
-    pub model: String,
+    pub target: Arc<str>,
+    pub model: Arc<str>,
     pub outcome: &'static str,
     pub status: Option<u16>,
     pub error_kind: Option<&'static str>,
@@ -37,8 +38,8 @@ pub struct AttemptRecord {
 #[serde(rename_all = "camelCase")]
 pub struct SkipRecord {
     pub hop: usize,
-    pub target: String,
-    pub model: String,
+    pub target: Arc<str>,
+    pub model: Arc<str>,
     pub why: String,
 }
 
@@ -57,15 +58,15 @@ pub struct RoutingRecord {
     #[serde(serialize_with = "rfc3339_millis")]
     pub ts: std::time::SystemTime,
     pub request_id: String,
-    pub principal: String,
+    pub principal: Arc<str>,
     pub dialect: &'static str,
-    pub request_path: String,
+    pub request_path: Cow<'static, str>,
     pub requested_model: Option<String>,
     pub rule_name: Option<String>,
     pub match_type: Option<&'static str>,
     /// SERVED | ERROR | REJECTED
     pub outcome: &'static str,
-    pub reason: String,
+    pub reason: Cow<'static, str>,
     pub served_by: Option<ServedBy>,
     pub status: u16,
     pub fallback_hop: Option<usize>,

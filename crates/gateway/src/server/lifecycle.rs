@@ -6,14 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use axum::serve::ListenerExt;
-use axum::Router;
 use sidetrack_config::Config;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::{router, Runtime, Shared};
+use super::listen::{serve, App};
+use super::{Runtime, Shared};
 use crate::health::{Clock, Health};
 use crate::observe::metrics::Metrics;
 use crate::observe::{RoutingLog, Traces};
@@ -96,23 +95,6 @@ async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
         .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
 }
 
-fn serve(
-    listener: TcpListener,
-    app: Router,
-    mut stop: watch::Receiver<bool>,
-) -> JoinHandle<std::io::Result<()>> {
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })
-            .await
-    })
-}
-
 /// Pulls the shared breaker states every `every` until shutdown (state.redis only).
 fn sync_shared_state(
     shared: Arc<Shared>,
@@ -169,20 +151,17 @@ pub async fn start(
         limiter,
     });
     let (tx, rx) = watch::channel(false);
-    let data_plane = match &tls {
-        Some(acceptor) => super::tls::serve(
+    let mut tasks = vec![
+        serve(
             listener,
-            router(shared.clone()),
-            acceptor.clone(),
+            App::data_plane(shared.clone()),
+            tls.clone(),
             rx.clone(),
         ),
-        None => serve(listener, router(shared.clone()), rx.clone()),
-    };
-    let mut tasks = vec![
-        data_plane,
         serve(
             admin_listener,
-            crate::admin::router(shared.clone()),
+            App::router(crate::admin::router(shared.clone())),
+            None,
             rx.clone(),
         ),
     ];

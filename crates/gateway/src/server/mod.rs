@@ -1,6 +1,7 @@
 //! The data-plane server: the route table and the phases of one request, in order.
 
 mod lifecycle;
+mod listen;
 mod respond;
 mod tls;
 
@@ -26,7 +27,7 @@ use crate::health::Health;
 use crate::observe::metrics::Metrics;
 use crate::observe::RoutingLog;
 use crate::providers::Upstreams;
-use crate::routing::{self, Picker, RouteInput};
+use crate::routing::{self, Picker, Resolved, RouteInput};
 pub use respond::RequestCtx;
 
 /// Everything derived from one loaded config. Swapped atomically on reload; a request keeps the
@@ -78,13 +79,16 @@ impl Shared {
 
 /// The data-plane routes, each dialect path also under `/inference` (AgentCore's prefix).
 pub fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
-        .route("/v1/chat/completions", post(chat_completions))
-        .route("/inference/v1/chat/completions", post(chat_completions))
-        .route("/v1/responses", post(responses))
-        .route("/inference/v1/responses", post(responses))
-        .route("/v1/messages", post(messages))
-        .route("/inference/v1/messages", post(messages))
+    let mut router = Router::new();
+    for (path, dialect) in DIALECT_PATHS {
+        router = router.route(
+            path,
+            post(move |State(shared): State<Arc<Shared>>, req: Request| {
+                handle(shared, dialect, None, false, req)
+            }),
+        );
+    }
+    router
         .route("/model/{model_id}/{operation}", post(bedrock))
         .route("/inference/model/{model_id}/{operation}", post(bedrock))
         .route("/v1/models", get(list_models))
@@ -93,6 +97,23 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/readyz", get(readyz))
         .fallback(not_found)
         .with_state(shared)
+}
+
+/// The literal data-plane paths and their dialects: `/v1/...`, and the same under AgentCore's
+/// `/inference` prefix.
+const DIALECT_PATHS: [(&str, Dialect); 6] = [
+    ("/v1/chat/completions", Dialect::OpenAiChat),
+    ("/inference/v1/chat/completions", Dialect::OpenAiChat),
+    ("/v1/responses", Dialect::OpenAiResponses),
+    ("/inference/v1/responses", Dialect::OpenAiResponses),
+    ("/v1/messages", Dialect::AnthropicMessages),
+    ("/inference/v1/messages", Dialect::AnthropicMessages),
+];
+
+/// The entry of [`DIALECT_PATHS`] for `path`. [`listen::App`] sends POSTs on these paths straight
+/// to [`handle`]; the router serves them too (and answers other methods with 405).
+fn dialect_path(path: &str) -> Option<(&'static str, Dialect)> {
+    DIALECT_PATHS.iter().find(|(p, _)| *p == path).copied()
 }
 
 async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str) {
@@ -144,18 +165,6 @@ fn auth_message(e: AuthError) -> &'static str {
     }
 }
 
-async fn chat_completions(State(shared): State<Arc<Shared>>, req: Request) -> Response {
-    handle(shared, Dialect::OpenAiChat, None, false, req).await
-}
-
-async fn responses(State(shared): State<Arc<Shared>>, req: Request) -> Response {
-    handle(shared, Dialect::OpenAiResponses, None, false, req).await
-}
-
-async fn messages(State(shared): State<Arc<Shared>>, req: Request) -> Response {
-    handle(shared, Dialect::AnthropicMessages, None, false, req).await
-}
-
 /// `/model/{modelId}/{operation}`: routed on the raw path so an ARN's `%2F` stays inside the id;
 /// the id is percent-decoded here (`:` and `%3A` both work).
 async fn bedrock(State(shared): State<Arc<Shared>>, req: Request) -> Response {
@@ -203,7 +212,7 @@ async fn handle(
     let deadline = ctx.started + server.request_timeout;
 
     // authenticate
-    let principal: Principal = match rt.keys.authenticate(req.headers()) {
+    let principal: Arc<Principal> = match rt.keys.authenticate(req.headers()) {
         Ok(p) => p,
         Err(e) => {
             let why = if e == AuthError::Missing {
@@ -214,7 +223,7 @@ async fn handle(
             return ctx.reject(GatewayErrorKind::Unauthenticated, auth_message(e), why);
         }
     };
-    ctx.principal = principal.name.clone();
+    ctx.principal = Some(principal.name.clone());
 
     // admit (size)
     let limit = server.max_request_bytes;
@@ -283,9 +292,9 @@ async fn handle(
         principal: &principal.name,
         sticky: sticky_header.as_deref(),
     };
-    let plan = routing::resolve(&rt.config, &input, &shared.picker);
-    if plan.as_ref().is_none_or(|p| p.rule.is_none()) {
-        if let Some(rule) = routing::denied_by(&rt.config, &parsed.model, &principal.name) {
+    let plan = match routing::resolve(&rt.config, &input, &shared.picker) {
+        Resolved::Plan(plan) => plan,
+        Resolved::Denied(rule) => {
             let msg = format!(
                 "principal `{}` is not allowed by rule `{}` for model `{}`",
                 principal.name, rule.name, parsed.model
@@ -296,10 +305,10 @@ async fn handle(
                 "principalNotAllowed",
             );
         }
-    }
-    let Some(plan) = plan else {
-        let msg = format!("no route for model `{}`", parsed.model);
-        return ctx.unroutable(&msg);
+        Resolved::Unroutable => {
+            let msg = format!("no route for model `{}`", parsed.model);
+            return ctx.unroutable(&msg);
+        }
     };
     ctx.rule_name = plan.rule.map(str::to_owned);
     ctx.match_type = Some(plan.match_type.as_str());

@@ -3,7 +3,7 @@
 
 use axum::body::Body;
 use axum::response::Response;
-use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use sidetrack_config::{CallerRetryHint, Server};
 use sidetrack_dialects::{Dialect, GatewayErrorKind};
 use sidetrack_resilience::{ErrorKind, Outcome};
@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use crate::engine::relay::{OnFinish, RelayBody, RelayEnd};
 use crate::engine::{Returned, Upstream, WalkOutput};
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -37,6 +38,7 @@ static SERVED_BY: HeaderName = HeaderName::from_static("x-sidetrack-served-by");
 static ATTEMPTS: HeaderName = HeaderName::from_static("x-sidetrack-attempts");
 static FALLBACK_HOP: HeaderName = HeaderName::from_static("x-sidetrack-fallback-hop");
 static SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
+static RETRY_AFTER_MS: HeaderName = HeaderName::from_static("retry-after-ms");
 
 /// What is known about a request as it moves through the phases.
 pub struct RequestCtx {
@@ -45,8 +47,9 @@ pub struct RequestCtx {
     pub started: Instant,
     pub request_id: String,
     pub dialect: Dialect,
-    pub path: String,
-    pub principal: String,
+    pub path: Cow<'static, str>,
+    /// Set once authenticated; the routing record says `anonymous` before that.
+    pub principal: Option<Arc<str>>,
     pub requested_model: Option<String>,
     pub rule_name: Option<String>,
     pub match_type: Option<&'static str>,
@@ -106,8 +109,11 @@ impl RequestCtx {
             started: Instant::now(),
             request_id: next_request_id(),
             dialect,
-            path: path.to_owned(),
-            principal: crate::auth::ANONYMOUS.to_owned(),
+            path: match super::dialect_path(path) {
+                Some((path, _)) => Cow::Borrowed(path),
+                None => Cow::Owned(path.to_owned()),
+            },
+            principal: None,
             requested_model: None,
             rule_name: None,
             match_type: None,
@@ -119,18 +125,26 @@ impl RequestCtx {
     }
 
     /// The request's routing record. Takes what the context collected (it is not needed after).
-    fn record(&mut self, outcome: &'static str, reason: String, status: u16) -> RoutingRecord {
+    fn record(
+        &mut self,
+        outcome: &'static str,
+        reason: impl Into<Cow<'static, str>>,
+        status: u16,
+    ) -> RoutingRecord {
         RoutingRecord {
             ts: SystemTime::now(),
             request_id: std::mem::take(&mut self.request_id),
-            principal: std::mem::take(&mut self.principal),
+            principal: self
+                .principal
+                .take()
+                .unwrap_or_else(|| crate::auth::ANONYMOUS.into()),
             dialect: self.dialect.as_str(),
             request_path: std::mem::take(&mut self.path),
             requested_model: self.requested_model.take(),
             rule_name: self.rule_name.take(),
             match_type: self.match_type,
             outcome,
-            reason,
+            reason: reason.into(),
             served_by: None,
             status,
             fallback_hop: None,
@@ -168,7 +182,7 @@ impl RequestCtx {
         let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
         let msg = format!(
             "rate limit of principal `{}` reached; retry in {secs} s",
-            self.principal
+            self.principal.as_deref().unwrap_or(crate::auth::ANONYMOUS)
         );
         let mut resp = error_response(
             self.dialect,
@@ -180,7 +194,7 @@ impl RequestCtx {
             .insert(http::header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
         let rec = self.record(
             "REJECTED",
-            "gatewayRejected:rateLimited".into(),
+            "gatewayRejected:rateLimited",
             resp.status().as_u16(),
         );
         self.finish(rec, None);
@@ -195,7 +209,7 @@ impl RequestCtx {
             message,
             Some(&self.request_id),
         );
-        let rec = self.record("ERROR", "unroutable".into(), resp.status().as_u16());
+        let rec = self.record("ERROR", "unroutable", resp.status().as_u16());
         self.finish(rec, None);
         resp
     }
@@ -212,7 +226,7 @@ impl RequestCtx {
                 msg,
                 Some(&self.request_id),
             );
-            let mut rec = self.record("ERROR", "noEligibleDestination".into(), 503);
+            let mut rec = self.record("ERROR", "noEligibleDestination", 503);
             rec.skipped = out.skipped;
             self.finish(rec, None);
             return resp;
@@ -233,15 +247,16 @@ impl RequestCtx {
                 .metrics
                 .fallback(self.rule_name.as_deref().unwrap_or(""), hop);
         }
-        let reason = if matches!(outcome, Outcome::Error(ErrorKind::Unroutable)) && attempts == 1 {
-            "unroutable".to_owned()
-        } else if fired {
-            "chainExhausted".to_owned()
-        } else if hop == 0 {
-            "servedByPrimary".to_owned()
-        } else {
-            format!("servedViaFallbackHop:{hop}")
-        };
+        let reason: Cow<'static, str> =
+            if matches!(outcome, Outcome::Error(ErrorKind::Unroutable)) && attempts == 1 {
+                "unroutable".into()
+            } else if fired {
+                "chainExhausted".into()
+            } else if hop == 0 {
+                "servedByPrimary".into()
+            } else {
+                format!("servedViaFallbackHop:{hop}").into()
+            };
 
         let mut usage = None;
         let (mut resp, live) = match upstream {
@@ -289,11 +304,12 @@ impl RequestCtx {
             h.insert(ATTEMPTS.clone(), small_number(attempts));
             h.insert(FALLBACK_HOP.clone(), small_number(hop));
         }
-        let upstream_said_when = h.contains_key("retry-after") || h.contains_key("retry-after-ms");
+        let upstream_said_when =
+            |h: &http::HeaderMap| h.contains_key(RETRY_AFTER) || h.contains_key(&RETRY_AFTER_MS);
         if self.retry_hint == CallerRetryHint::Auto
             && status >= 400
             && attempts >= 2
-            && !upstream_said_when
+            && !upstream_said_when(h)
         {
             // The chain already tried alternatives; SDK retries would multiply upstream calls.
             h.insert(SHOULD_RETRY.clone(), HeaderValue::from_static("false"));
@@ -351,18 +367,38 @@ fn small_number(n: usize) -> HeaderValue {
     }
 }
 
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    // A match on the name compiles to a length switch and one compare; `HOP_BY_HOP.contains`
+    // compared every name with all eight.
+    let hop_by_hop = matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "transfer-encoding"
+            | "upgrade"
+            | "te"
+            | "trailer"
+            | "content-length"
+    );
+    debug_assert_eq!(hop_by_hop, HOP_BY_HOP.contains(name));
+    hop_by_hop
+}
+
 /// The caller's response for an upstream answer: its status and headers (the upstream's map,
 /// reused, minus the hop-by-hop ones; the body sets its own length).
 fn answer(parts: http::response::Parts, body: Body) -> Response {
     let mut r = Response::new(body);
     *r.status_mut() = parts.status;
     let mut headers = parts.headers;
-    headers.remove(CONTENT_LENGTH);
-    // One pass to see whether there is anything else to remove (there seldom is).
-    if headers.keys().any(|k| HOP_BY_HOP.contains(k)) {
-        for name in &HOP_BY_HOP {
-            headers.remove(name);
-        }
+    // Seldom more than `content-length`: only the names present are looked up again.
+    let present: smallvec::SmallVec<[HeaderName; 2]> = headers
+        .keys()
+        .filter(|k| is_hop_by_hop(k))
+        .cloned()
+        .collect();
+    for name in present {
+        headers.remove(name);
     }
     *r.headers_mut() = headers;
     r
@@ -445,7 +481,7 @@ fn finish_record(
     if let Some(start) = trace_start {
         let provider = rec.served_by.as_ref().and_then(|s| {
             let rt = shared.runtime.load();
-            let target = rt.config.targets.iter().find(|t| t.name == s.target);
+            let target = rt.config.targets.iter().find(|t| *t.name == *s.target);
             target.map(|t| t.provider)
         });
         m.traces().request(start, &rec, provider);
@@ -479,6 +515,23 @@ mod tests {
     fn small_numbers_render_like_formatting_does() {
         for n in [0usize, 1, 9, 10, 11, 123] {
             assert_eq!(small_number(n).to_str().ok(), Some(n.to_string().as_str()));
+        }
+    }
+
+    #[test]
+    fn the_hop_by_hop_match_agrees_with_the_list() {
+        for name in &HOP_BY_HOP {
+            assert!(is_hop_by_hop(name), "{name}");
+        }
+        for name in [
+            "content-type",
+            "date",
+            "x-request-id",
+            "retry-after",
+            "tea",
+            "t",
+        ] {
+            assert!(!is_hop_by_hop(&HeaderName::from_static(name)), "{name}");
         }
     }
 
