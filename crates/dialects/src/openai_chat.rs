@@ -1,6 +1,9 @@
 //! OpenAI Chat Completions (`POST /v1/chat/completions`), wire-formats.md §1.1 and §2.1.
 
+use std::sync::LazyLock;
+
 use bytes::Bytes;
+use memchr::memmem::Finder;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -121,7 +124,7 @@ fn stream_end(ev: &SseEvent) -> Option<crate::StreamEvent> {
     if data.starts_with("[DONE]") {
         return Some(crate::StreamEvent::Done);
     }
-    if ev.event.as_deref() == Some("error") || has_object_member(data.as_bytes(), b"\"error\"") {
+    if ev.event.as_deref() == Some("error") || has_object_member(data.as_bytes(), &ERROR_KEY) {
         if let Ok(env) = serde_json::from_str::<ErrorEnvelope>(data) {
             let error_type = env
                 .error
@@ -138,11 +141,16 @@ fn stream_end(ev: &SseEvent) -> Option<crate::StreamEvent> {
     None
 }
 
-/// A cheap pre-check run on every stream event before any JSON parse: does `quoted_key` (with its
-/// quotes) occur followed by `:` and an object, whitespace allowed? One `memmem` pass, no parse.
-fn has_object_member(data: &[u8], quoted_key: &[u8]) -> bool {
-    memchr::memmem::find_iter(data, quoted_key).any(|at| {
-        let rest = json_tail::skip_ws(&data[at + quoted_key.len()..]);
+/// Searchers for the quoted keys [`has_object_member`] looks for, built once: building a
+/// `memmem` searcher costs more than searching one event with it.
+static ERROR_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"error\""));
+static USAGE_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
+
+/// A cheap pre-check run on every stream event before any JSON parse: does the searcher's quoted
+/// key occur followed by `:` and an object, whitespace allowed? One `memmem` pass, no parse.
+fn has_object_member(data: &[u8], quoted_key: &Finder<'static>) -> bool {
+    quoted_key.find_iter(data).any(|at| {
+        let rest = json_tail::skip_ws(&data[at + quoted_key.needle().len()..]);
         match rest.split_first() {
             Some((b':', after)) => json_tail::skip_ws(after).first() == Some(&b'{'),
             _ => false,
@@ -157,7 +165,7 @@ fn has_object_member(data: &[u8], quoted_key: &[u8]) -> bool {
 /// one plain occurrence holds `[]`), the chunk is not parsed whole. Otherwise it is. See
 /// `json_tail` for what the shortcut guarantees.
 pub fn stream_event_usage(ev: &SseEvent) -> Option<Usage> {
-    if !has_object_member(ev.data.as_bytes(), b"\"usage\"") {
+    if !has_object_member(ev.data.as_bytes(), &USAGE_KEY) {
         return None;
     }
     let data = ev.data.as_bytes();

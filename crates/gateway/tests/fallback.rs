@@ -358,6 +358,35 @@ async fn an_upstream_error_event_after_content_is_relayed_once_and_counted() {
 }
 
 #[tokio::test]
+async fn the_request_timeout_cuts_a_committed_stream_with_an_error_event() {
+    // 40 chunks 50 ms apart outlast a 300 ms request timeout by far.
+    let slow = Behaviour {
+        reply: Some("a ".repeat(40)),
+        stream_chunks: Some(40),
+        chunk_interval_milliseconds: Some(50),
+        ..Behaviour::default()
+    };
+    let yaml = format!("server:\n  requestTimeoutMilliseconds: 300\n{ONE_TARGET}");
+    let env = start(&yaml, behaviours(&[("m-slow", slow)])).await;
+    let r = env.chat("m-slow", true).await;
+    assert_eq!(r.status, 200, "committed before the deadline");
+    let chunks = common::streamed_text(&r.body).matches('a').count();
+    assert!(
+        (1..40).contains(&chunks),
+        "cut after {chunks} of 40 chunks: {}",
+        r.body
+    );
+    assert_eq!(r.body.matches("data: {\"error\":").count(), 1, "{}", r.body);
+    assert!(r.body.contains("request timeout"), "{}", r.body);
+    assert!(!r.body.contains("[DONE]"));
+    let rec = env.record(1).await;
+    assert!(rec.committed);
+    assert!(rec.mid_stream_error);
+    assert_eq!(rec.outcome, "ERROR");
+    assert_eq!(env.hits("m-slow"), 1);
+}
+
+#[tokio::test]
 async fn refused_connection_falls_back_with_connection_error() {
     let yaml = r#"
 targets:

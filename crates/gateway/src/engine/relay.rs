@@ -41,6 +41,10 @@ impl RelayEnd {
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// While the upstream keeps frames coming, the request deadline is checked on every this many
+/// polls (reading the clock on every frame cost more than relaying the frame).
+const DEADLINE_CHECK_EVERY: u32 = 16;
+
 /// Non-stream bodies are kept (by reference) up to this size so usage can be read at the end.
 const MAX_CAPTURE: usize = 1024 * 1024;
 
@@ -61,6 +65,10 @@ pub struct RelayBody {
     /// The caller's dialect (usage is read from a plain body in it).
     caller: Dialect,
     deadline: Pin<Box<Sleep>>,
+    /// Polls so far, for checking the deadline every [`DEADLINE_CHECK_EVERY`].
+    frames: u32,
+    /// The waker the deadline's timer was last polled with.
+    timer_waker: Option<std::task::Waker>,
     trailer: Option<Bytes>,
     /// A plain body's chunks (shared, not copied) and their total length; usually one chunk.
     capture: Option<(SmallVec<[Bytes; 2]>, usize)>,
@@ -100,6 +108,8 @@ impl RelayBody {
             yielded: false,
             caller,
             deadline: Box::pin(tokio::time::sleep_until(deadline)),
+            frames: 0,
+            timer_waker: None,
             trailer: None,
             capture,
             end,
@@ -122,6 +132,42 @@ impl RelayBody {
         if !had_error && pipe.state().error.is_some() {
             self.end.upstream_error_event();
         }
+    }
+
+    /// Has the request deadline passed? While frames flow the clock is read every few polls; a
+    /// body that waits for the upstream (`waiting`) polls the deadline's timer, which registers it
+    /// to wake the body.
+    fn past_deadline(&mut self, cx: &mut Context<'_>, waiting: bool) -> bool {
+        if waiting {
+            // The timer keeps the waker it was last polled with: poll it again only for a new
+            // one (the connection's waker seldom changes), else just read whether it fired.
+            if self
+                .timer_waker
+                .as_ref()
+                .is_some_and(|w| w.will_wake(cx.waker()))
+            {
+                return self.deadline.is_elapsed();
+            }
+            self.timer_waker = Some(cx.waker().clone());
+            return self.deadline.as_mut().poll(cx).is_ready();
+        }
+        self.frames = self.frames.wrapping_add(1);
+        self.frames.is_multiple_of(DEADLINE_CHECK_EVERY)
+            && Instant::now() >= self.deadline.deadline()
+    }
+
+    /// `server.requestTimeoutMilliseconds` passed mid-body: a stream gets its error event (queued);
+    /// a plain body can only be cut, with the error returned here.
+    fn timed_out(&mut self) -> Option<BoxError> {
+        self.fail(
+            "requestTimeoutMilliseconds",
+            "sidetrack: request timeout exceeded mid-stream",
+        );
+        if self.pipe.is_some() {
+            return None;
+        }
+        self.finish();
+        Some("request timeout exceeded mid-body".into())
     }
 
     /// The upstream stopped early: for a stream, queue the explicit error event.
@@ -183,23 +229,27 @@ impl Body for RelayBody {
             if let Some(t) = this.trailer.take() {
                 return Poll::Ready(Some(Ok(Frame::data(t))));
             }
-            let Some(rest) = this.rest.as_mut() else {
+            if this.rest.is_none() {
                 this.finish();
                 return Poll::Ready(None);
-            };
-            if this.deadline.as_mut().poll(cx).is_ready() {
-                this.fail(
-                    "requestTimeoutMilliseconds",
-                    "sidetrack: request timeout exceeded mid-stream",
-                );
-                if this.pipe.is_none() {
-                    this.finish();
-                    return Poll::Ready(Some(Err("request timeout exceeded mid-body".into())));
+            }
+            if this.past_deadline(cx, false) {
+                if let Some(end) = this.timed_out() {
+                    return Poll::Ready(Some(Err(end)));
                 }
                 continue;
             }
+            let Some(rest) = this.rest.as_mut() else {
+                continue;
+            };
             match Pin::new(rest).poll_frame(cx) {
                 Poll::Pending => {
+                    if this.past_deadline(cx, true) {
+                        if let Some(end) = this.timed_out() {
+                            return Poll::Ready(Some(Err(end)));
+                        }
+                        continue;
+                    }
                     if this.behind {
                         // Let the connection send what it has first; catch up on the next poll.
                         this.yielded = true;
