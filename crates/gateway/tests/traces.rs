@@ -184,10 +184,13 @@ async fn a_request_that_falls_back_once_has_one_request_span_and_two_attempt_spa
     assert_eq!(request.name, "chat ask");
     assert_eq!(
         hex(&request.trace_id),
-        rec.request_id,
+        rec.request_id.as_str(),
         "trace id = request id"
     );
-    assert_eq!(str_attr(request, "sidetrack.request_id"), rec.request_id);
+    assert_eq!(
+        str_attr(request, "sidetrack.request_id"),
+        rec.request_id.as_str()
+    );
     assert_eq!(str_attr(request, "gen_ai.operation.name"), "chat");
     assert_eq!(str_attr(request, "gen_ai.request.model"), "ask");
     assert_eq!(str_attr(request, "gen_ai.response.model"), "m-good");

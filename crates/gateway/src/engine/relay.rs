@@ -17,8 +17,8 @@ use tokio::time::{Instant, Sleep};
 use super::pipe::Pipe;
 
 /// Called once when the relayed body ends (or is dropped).
-pub trait OnFinish: Send + 'static {
-    fn finish(self: Box<Self>, end: RelayEnd);
+pub trait OnFinish: Send + Unpin + 'static {
+    fn finish(self, end: RelayEnd);
 }
 
 /// How the relayed body ended.
@@ -48,7 +48,9 @@ const DEADLINE_CHECK_EVERY: u32 = 16;
 /// Non-stream bodies are kept (by reference) up to this size so usage can be read at the end.
 const MAX_CAPTURE: usize = 1024 * 1024;
 
-pub struct RelayBody {
+/// `F` is what runs when the body ends (the server's routing-log step); generic rather than boxed so
+/// the body and its finish step are one allocation.
+pub struct RelayBody<F: OnFinish> {
     held: VecDeque<Bytes>,
     rest: Option<Incoming>,
     /// Streams go through a pipe; plain bodies pass as they are.
@@ -73,18 +75,18 @@ pub struct RelayBody {
     /// A plain body's chunks (shared, not copied) and their total length; usually one chunk.
     capture: Option<(SmallVec<[Bytes; 2]>, usize)>,
     end: RelayEnd,
-    on_finish: Option<Box<dyn OnFinish>>,
+    on_finish: Option<F>,
 }
 
-impl RelayBody {
+impl<F: OnFinish> RelayBody<F> {
     pub fn new(
         held: Vec<Bytes>,
         rest: Incoming,
         pipe: Option<Pipe>,
         caller: Dialect,
         deadline: Instant,
-        on_finish: Box<dyn OnFinish>,
-    ) -> RelayBody {
+        on_finish: F,
+    ) -> RelayBody<F> {
         let mut end = RelayEnd::default();
         let capture = match &pipe {
             None => Some((
@@ -199,7 +201,7 @@ impl RelayBody {
     }
 }
 
-impl Drop for RelayBody {
+impl<F: OnFinish> Drop for RelayBody<F> {
     fn drop(&mut self) {
         if self.on_finish.is_some() {
             if self.rest.is_some() || !self.held.is_empty() {
@@ -210,7 +212,7 @@ impl Drop for RelayBody {
     }
 }
 
-impl Body for RelayBody {
+impl<F: OnFinish> Body for RelayBody<F> {
     type Data = Bytes;
     type Error = BoxError;
 

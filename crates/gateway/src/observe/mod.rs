@@ -6,7 +6,7 @@ pub mod routing_log;
 pub mod trace;
 
 pub use routing_log::{
-    AttemptRecord, RoutingLog, RoutingRecord, ServedBy, SkipRecord, UsageRecord,
+    AttemptRecord, RequestId, RoutingLog, RoutingRecord, ServedBy, SkipRecord, UsageRecord,
 };
 pub use trace::Traces;
 

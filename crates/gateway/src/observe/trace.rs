@@ -305,7 +305,7 @@ impl Traces {
         if let Some(e) = &error {
             attrs.push(KeyValue::new(keys::ERROR_TYPE, e.clone()));
         }
-        attrs.push(KeyValue::new(keys::REQUEST_ID, rec.request_id.clone()));
+        attrs.push(KeyValue::new(keys::REQUEST_ID, rec.request_id.to_string()));
         attrs.push(KeyValue::new(keys::REASON, rec.reason.clone()));
         if let Some(r) = &rec.rule_name {
             attrs.push(KeyValue::new(keys::RULE, r.clone()));
@@ -337,7 +337,7 @@ impl Traces {
             .with_kind(SpanKind::Server)
             .with_start_time(start)
             .with_attributes(attrs);
-        let (trace_id, span_id) = ids(&rec.request_id);
+        let (trace_id, span_id) = ids(rec.request_id.as_str());
         let mut span = with_ids(trace_id, span_id, || {
             builder.start_with_context(&inner.tracer, &Context::new())
         });

@@ -278,7 +278,7 @@ async fn handle(
         let estimate = parsed.features.estimated_prompt_tokens + 256;
         match shared
             .limiter
-            .admit(&principal.name, limits, &ctx.request_id, estimate)
+            .admit(&principal.name, limits, ctx.request_id.as_str(), estimate)
             .await
         {
             Ok(reservation) => ctx.reservation = Some(reservation),
@@ -324,7 +324,7 @@ async fn handle(
         health: &shared.health,
         metrics: &shared.metrics,
         caller_headers: &parts.headers,
-        request_id: &ctx.request_id,
+        request_id: ctx.request_id.as_str(),
     })
     .await;
 

@@ -18,7 +18,7 @@ use std::time::SystemTime;
 
 use crate::health::DestHealth;
 use crate::observe::metrics::InFlightGuard;
-use crate::observe::{ms, RoutingRecord, ServedBy, UsageRecord};
+use crate::observe::{ms, RequestId, RoutingRecord, ServedBy, UsageRecord};
 use crate::server::Shared;
 
 /// Headers of an upstream answer that describe its hop, not the answer: never passed on.
@@ -45,7 +45,7 @@ pub struct RequestCtx {
     shared: Arc<Shared>,
     in_flight: InFlightGuard,
     pub started: Instant,
-    pub request_id: String,
+    pub request_id: RequestId,
     pub dialect: Dialect,
     pub path: Cow<'static, str>,
     /// Set once authenticated; the routing record says `anonymous` before that.
@@ -60,24 +60,6 @@ pub struct RequestCtx {
     trace_start: Option<SystemTime>,
     /// Tokens reserved under the principal's rate limit, settled with the real usage at the end.
     pub reservation: Option<crate::limits::Reservation>,
-}
-
-/// A unique request id: a random per-process prefix and a counter, 32 hex digits (no syscall and
-/// no lock per request, unlike drawing a random UUID each time).
-fn next_request_id() -> String {
-    use std::sync::atomic::AtomicU64;
-    use std::sync::OnceLock;
-    static PREFIX: OnceLock<u64> = OnceLock::new();
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let prefix = *PREFIX.get_or_init(|| uuid::Uuid::new_v4().as_u64_pair().0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let id = (u128::from(prefix) << 64) | u128::from(n);
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut digits = [0u8; 32];
-    for (i, d) in digits.iter_mut().enumerate() {
-        *d = HEX[((id >> ((31 - i) * 4)) & 0xf) as usize];
-    }
-    std::str::from_utf8(&digits).unwrap_or_default().to_owned()
 }
 
 /// Renders a gateway-made error in the caller's dialect (SPEC §6.3).
@@ -107,7 +89,7 @@ impl RequestCtx {
             trace_start: shared.metrics.traces().start(),
             shared: shared.clone(),
             started: Instant::now(),
-            request_id: next_request_id(),
+            request_id: RequestId::next(),
             dialect,
             path: match super::dialect_path(path) {
                 Some((path, _)) => Cow::Borrowed(path),
@@ -133,7 +115,7 @@ impl RequestCtx {
     ) -> RoutingRecord {
         RoutingRecord {
             ts: SystemTime::now(),
-            request_id: std::mem::take(&mut self.request_id),
+            request_id: self.request_id,
             principal: self
                 .principal
                 .take()
@@ -167,7 +149,7 @@ impl RequestCtx {
 
     /// A gateway rejection before any routing (auth, size, parse, allow-list). Never a fallback.
     pub fn reject(mut self, kind: GatewayErrorKind, message: &str, why: &str) -> Response {
-        let resp = error_response(self.dialect, kind, message, Some(&self.request_id));
+        let resp = error_response(self.dialect, kind, message, Some(self.request_id.as_str()));
         let rec = self.record(
             "REJECTED",
             format!("gatewayRejected:{why}"),
@@ -188,7 +170,7 @@ impl RequestCtx {
             self.dialect,
             GatewayErrorKind::RateLimited,
             &msg,
-            Some(&self.request_id),
+            Some(self.request_id.as_str()),
         );
         resp.headers_mut()
             .insert(http::header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
@@ -207,7 +189,7 @@ impl RequestCtx {
             self.dialect,
             GatewayErrorKind::NotFound,
             message,
-            Some(&self.request_id),
+            Some(self.request_id.as_str()),
         );
         let rec = self.record("ERROR", "unroutable", resp.status().as_u16());
         self.finish(rec, None);
@@ -224,7 +206,7 @@ impl RequestCtx {
                 self.dialect,
                 GatewayErrorKind::Unavailable,
                 msg,
-                Some(&self.request_id),
+                Some(self.request_id.as_str()),
             );
             let mut rec = self.record("ERROR", "noEligibleDestination", 503);
             rec.skipped = out.skipped;
@@ -295,7 +277,7 @@ impl RequestCtx {
         let h = resp.headers_mut();
         if self.headers_on {
             h.reserve(4);
-            if let Ok(id) = HeaderValue::from_str(&self.request_id) {
+            if let Ok(id) = HeaderValue::from_str(self.request_id.as_str()) {
                 h.insert(REQUEST_ID.clone(), id);
             }
             if let Some(v) = &health.served_by {
@@ -341,7 +323,7 @@ impl RequestCtx {
                 resp
             }
             Some((held, rest, pipe)) => {
-                let finish = Box::new(Finish {
+                let finish = Finish {
                     shared: self.shared.clone(),
                     started: self.started,
                     trace_start: self.trace_start,
@@ -349,7 +331,7 @@ impl RequestCtx {
                     health,
                     reservation: self.reservation,
                     _in_flight: self.in_flight,
-                });
+                };
                 let body = RelayBody::new(held, rest, pipe, self.dialect, deadline, finish);
                 let (parts, _) = resp.into_parts();
                 Response::from_parts(parts, Body::new(body))
@@ -418,7 +400,7 @@ struct Finish {
 }
 
 impl OnFinish for Finish {
-    fn finish(self: Box<Self>, end: RelayEnd) {
+    fn finish(self, end: RelayEnd) {
         let Finish {
             shared,
             started,
@@ -427,7 +409,7 @@ impl OnFinish for Finish {
             health,
             reservation,
             _in_flight,
-        } = *self;
+        } = self;
         rec.mid_stream_error = end.mid_stream_error;
         rec.usage = end.usage.map(|u| UsageRecord {
             input_tokens: u.input_tokens,
@@ -492,24 +474,6 @@ fn finish_record(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn request_ids_are_32_hex_digits_sharing_a_prefix_and_never_repeat() {
-        let (a, b) = (next_request_id(), next_request_id());
-        for id in [&a, &b] {
-            assert_eq!(id.len(), 32, "{id}");
-            assert!(id
-                .bytes()
-                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
-        }
-        assert_eq!(a[..16], b[..16], "one per-process prefix");
-        assert_ne!(a, b);
-        let (na, nb) = (
-            u64::from_str_radix(&a[16..], 16).unwrap_or_default(),
-            u64::from_str_radix(&b[16..], 16).unwrap_or_default(),
-        );
-        assert!(nb > na, "the counter part increases: {a} then {b}");
-    }
 
     #[test]
     fn small_numbers_render_like_formatting_does() {
