@@ -156,11 +156,12 @@ fn read_chat(decoder: &mut SseDecoder, state: &mut StreamState, until_decided: b
         if let Some(u) = openai_chat::stream_event_usage(&ev) {
             state.usage = Some(u);
         }
-        // Once content has been seen only the end and errors matter: no JSON parse.
+        // Before content only chunks that may carry it are parsed; after it only the end and
+        // errors matter, and nothing is parsed.
         let meaning = if state.seen_content {
             openai_chat::classify_stream_event_after_content(&ev)
         } else {
-            openai_chat::classify_stream_event(&ev)
+            openai_chat::classify_stream_event_before_content(&ev)
         };
         classified(state, meaning);
         if until_decided && (state.seen_content || state.seen_done || state.error.is_some()) {
