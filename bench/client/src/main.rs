@@ -1,13 +1,19 @@
 //! bench-client: the measuring client of `bench/run`. Every mode talks HTTP/1.1 over its own TCP
 //! connections (TCP_NODELAY) to 127.0.0.1 and prints one JSON object on stdout.
 //!
-//!   bench-client lat     ADDR PATH MODEL N [-H 'name: value']...
-//!       N sequential non-streaming requests on one keep-alive connection: latency p50/p99/mean,
-//!       statuses, and the `x-sidetrack-served-by` values seen.
-//!   bench-client sse     ADDR PATH MODEL N [--interval-ms MS] [-H ...]
-//!       N sequential streamed requests on one connection; every SSE event is timestamped on
-//!       arrival: time to first token, per-chunk gap, content-chunk count, chunks that arrived
-//!       "buffered" (closer than half the mock's chunk interval to the previous one), gaps >= 30 ms.
+//!   bench-client lat     ADDR[,ADDR...] PATH MODEL N [--for-secs S] [-H 'name: value']...
+//!       N sequential non-streaming requests (or as many as fit in S seconds, at most N) on one
+//!       keep-alive connection per address: latency p50/p99/mean, statuses, and the
+//!       `x-sidetrack-served-by` values seen.
+//!   bench-client sse     ADDR[,ADDR...] PATH MODEL N [--interval-ms MS] [-H ...]
+//!       N sequential streamed requests on one connection per address; every SSE event is
+//!       timestamped on arrival: time to first token, per-chunk gap, content-chunk count, chunks that
+//!       arrived "buffered" (closer than half the mock's chunk interval to the previous one), gaps
+//!       >= 30 ms.
+//!
+//! With several addresses, `lat` and `sse` interleave them request by request (the first address
+//! of each cycle rotates), so every arm sees the same moments of a noisy machine; the output is
+//! then `{"interleaved": K, "arms": {ADDR: <the one-address output>}}`.
 //!   bench-client streams ADDR PATH MODEL N --pid PID[,PID...] [--secs S] [-H ...]
 //!       N concurrent slow streams, one connection each; samples VmRSS of the PIDs every 50 ms.
 use bytes::Bytes;
@@ -30,6 +36,13 @@ struct Opts {
     interval_ms: f64,
     pids: Vec<u32>,
     secs: u64,
+    for_secs: Option<f64>,
+}
+
+impl Opts {
+    fn addrs(&self) -> Vec<&str> {
+        self.addr.split(',').filter(|a| !a.is_empty()).collect()
+    }
 }
 
 fn parse(args: &[String]) -> Result<Opts, Err> {
@@ -43,6 +56,7 @@ fn parse(args: &[String]) -> Result<Opts, Err> {
         interval_ms: 0.0,
         pids: Vec::new(),
         secs: 30,
+        for_secs: None,
     };
     let mut i = 0;
     while i < args.len() {
@@ -59,6 +73,7 @@ fn parse(args: &[String]) -> Result<Opts, Err> {
             }
             "--interval-ms" => o.interval_ms = val()?.parse()?,
             "--secs" => o.secs = val()?.parse()?,
+            "--for-secs" => o.for_secs = Some(val()?.parse()?),
             "--pid" => {
                 for p in val()?.split(',').filter(|p| !p.is_empty()) {
                     o.pids.push(p.parse()?);
@@ -88,14 +103,14 @@ async fn connect(addr: &str) -> Result<Sender, Err> {
     Ok(sender)
 }
 
-fn request(o: &Opts, stream: bool) -> Result<Request<Full<Bytes>>, Err> {
+fn request(o: &Opts, addr: &str, stream: bool) -> Result<Request<Full<Bytes>>, Err> {
     let body = json!({
         "model": o.model,
         "messages": [{"role": "user", "content": "Say hello to the benchmark."}],
         "stream": stream,
     });
     let mut b = Request::post(o.path.as_str())
-        .header("host", o.addr.as_str())
+        .header("host", addr)
         .header("content-type", "application/json");
     for (k, v) in &o.headers {
         b = b.header(k.as_str(), v.as_str());
@@ -117,31 +132,81 @@ fn summary(mut v: Vec<f64>) -> Value {
     json!({"n": v.len(), "p50": pct(&v, 50.0), "p99": pct(&v, 99.0), "max": v.last().copied().unwrap_or(f64::NAN), "mean": mean})
 }
 
-async fn lat(o: &Opts) -> Result<Value, Err> {
-    let mut s = connect(&o.addr).await?;
-    let mut lats = Vec::with_capacity(o.n);
-    let mut statuses = serde_json::Map::new();
-    let mut served = serde_json::Map::new();
-    for _ in 0..o.n {
-        let req = request(o, false)?;
-        let t0 = Instant::now();
-        if s.ready().await.is_err() {
-            s = connect(&o.addr).await?;
-        }
-        let resp = s.send_request(req).await?;
-        let status = resp.status().as_u16().to_string();
-        let by = resp
-            .headers()
-            .get("x-sidetrack-served-by")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("-")
-            .to_string();
-        resp.into_body().collect().await?;
-        lats.push(t0.elapsed().as_secs_f64() * 1e6);
-        bump(&mut statuses, &status);
-        bump(&mut served, &by);
+/// A keep-alive connection to `addr`, reopened when the server closed it.
+async fn ready<'c>(conn: &'c mut Option<Sender>, addr: &str) -> Result<&'c mut Sender, Err> {
+    let usable = match conn.as_mut() {
+        Some(s) => s.ready().await.is_ok(),
+        None => false,
+    };
+    if !usable {
+        *conn = Some(connect(addr).await?);
     }
-    Ok(json!({"latency_us": summary(lats), "status": statuses, "served_by": served}))
+    conn.as_mut().ok_or_else(|| "no connection".into())
+}
+
+/// Runs `n` cycles (or as many as fit in `o.for_secs`, at most `n`) of one request per address,
+/// in an order that rotates each cycle, and renders each address's results with `done`.
+macro_rules! interleave {
+    ($o:expr, $acc:ty, $one:ident, $done:ident) => {{
+        let o = $o;
+        let addrs = o.addrs();
+        let mut arms: Vec<(Option<Sender>, $acc)> =
+            addrs.iter().map(|_| (None, <$acc>::default())).collect();
+        let started = Instant::now();
+        let k = addrs.len();
+        for i in 0..o.n {
+            if o.for_secs.is_some_and(|s| started.elapsed().as_secs_f64() >= s) {
+                break;
+            }
+            for j in 0..k {
+                let a = (i + j) % k;
+                let (conn, acc) = &mut arms[a];
+                $one(o, addrs[a], conn, acc).await?;
+            }
+        }
+        let mut out: Vec<Value> = arms.into_iter().map(|(_, acc)| $done(o, acc)).collect();
+        if k == 1 {
+            out.pop().ok_or_else(|| Err::from("no address"))
+        } else {
+            let arms: serde_json::Map<String, Value> =
+                addrs.iter().map(|a| a.to_string()).zip(out).collect();
+            Ok(json!({"interleaved": k, "arms": arms}))
+        }
+    }};
+}
+
+#[derive(Default)]
+struct LatAcc {
+    lats: Vec<f64>,
+    statuses: serde_json::Map<String, Value>,
+    served: serde_json::Map<String, Value>,
+}
+
+async fn lat_once(o: &Opts, addr: &str, conn: &mut Option<Sender>, acc: &mut LatAcc) -> Result<(), Err> {
+    let req = request(o, addr, false)?;
+    let t0 = Instant::now();
+    let s = ready(conn, addr).await?;
+    let resp = s.send_request(req).await?;
+    let status = resp.status().as_u16().to_string();
+    let by = resp
+        .headers()
+        .get("x-sidetrack-served-by")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_string();
+    resp.into_body().collect().await?;
+    acc.lats.push(t0.elapsed().as_secs_f64() * 1e6);
+    bump(&mut acc.statuses, &status);
+    bump(&mut acc.served, &by);
+    Ok(())
+}
+
+fn lat_done(_: &Opts, acc: LatAcc) -> Value {
+    json!({"latency_us": summary(acc.lats), "status": acc.statuses, "served_by": acc.served})
+}
+
+async fn lat(o: &Opts) -> Result<Value, Err> {
+    interleave!(o, LatAcc, lat_once, lat_done)
 }
 
 /// Counts one more occurrence of `k` in a JSON map of counters.
@@ -160,83 +225,111 @@ fn content_of(data: &str) -> Option<bool> {
     Some(!c.is_empty())
 }
 
-async fn sse(o: &Opts) -> Result<Value, Err> {
-    let mut s = connect(&o.addr).await?;
-    let (mut ttft, mut gaps, mut mean_gaps) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut chunks_min, mut chunks_max, mut buffered, mut slow_gaps, mut errors) = (usize::MAX, 0, 0, 0, 0);
-    let mut multi_frames = 0;
-    for _ in 0..o.n {
-        let req = request(o, true)?;
-        let t0 = Instant::now();
-        if s.ready().await.is_err() {
-            s = connect(&o.addr).await?;
-        }
-        let resp = s.send_request(req).await?;
-        if !resp.status().is_success() {
-            errors += 1;
-            resp.into_body().collect().await?;
-            continue;
-        }
-        let mut body = resp.into_body();
-        let mut buf: Vec<u8> = Vec::new();
-        let mut times: Vec<Instant> = Vec::new();
-        while let Some(frame) = body.frame().await {
-            let frame = frame?;
-            let Ok(data) = frame.into_data() else { continue };
-            let now = Instant::now();
-            buf.extend_from_slice(&data);
-            let mut in_frame = 0;
-            // Split complete events ("\n\n"; tolerate "\r\n\r\n").
-            loop {
-                let text = String::from_utf8_lossy(&buf).replace("\r\n", "\n");
-                let Some(end) = text.find("\n\n") else {
-                    buf = text.into_bytes();
-                    break;
-                };
-                let event = text[..end].to_string();
-                buf = text[end + 2..].as_bytes().to_vec();
-                let data: String = event
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data:"))
-                    .map(str::trim_start)
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                if content_of(&data) == Some(true) {
-                    times.push(now);
-                    in_frame += 1;
-                }
-            }
-            if in_frame > 1 {
-                multi_frames += 1;
-            }
-        }
-        if let Some(first) = times.first() {
-            ttft.push(first.duration_since(t0).as_secs_f64() * 1e6);
-        }
-        chunks_min = chunks_min.min(times.len());
-        chunks_max = chunks_max.max(times.len());
-        for w in times.windows(2) {
-            let g = w[1].duration_since(w[0]).as_secs_f64() * 1e6;
-            if o.interval_ms > 0.0 && g < o.interval_ms * 1000.0 / 2.0 {
-                buffered += 1;
-            }
-            if g >= 30_000.0 {
-                slow_gaps += 1;
-            }
-            gaps.push(g);
-        }
-        if times.len() > 1 {
-            let span = times[times.len() - 1].duration_since(times[0]).as_secs_f64() * 1e6;
-            mean_gaps.push(span / (times.len() - 1) as f64);
+struct SseAcc {
+    ttft: Vec<f64>,
+    gaps: Vec<f64>,
+    mean_gaps: Vec<f64>,
+    chunks_min: usize,
+    chunks_max: usize,
+    buffered: usize,
+    slow_gaps: usize,
+    errors: usize,
+    multi_frames: usize,
+}
+
+impl Default for SseAcc {
+    fn default() -> SseAcc {
+        SseAcc {
+            ttft: Vec::new(),
+            gaps: Vec::new(),
+            mean_gaps: Vec::new(),
+            chunks_min: usize::MAX,
+            chunks_max: 0,
+            buffered: 0,
+            slow_gaps: 0,
+            errors: 0,
+            multi_frames: 0,
         }
     }
-    let slow_ttft = ttft.iter().filter(|t| **t >= 30_000.0).count();
-    Ok(json!({
-        "ttft_us": summary(ttft), "gap_us": summary(gaps), "mean_gap_us": summary(mean_gaps),
-        "chunks_min": if chunks_min == usize::MAX { 0 } else { chunks_min }, "chunks_max": chunks_max,
-        "buffered": buffered, "multi_event_frames": multi_frames,
-        "gaps_over_30ms": slow_gaps, "ttft_over_30ms": slow_ttft, "errors": errors,
-    }))
+}
+
+async fn sse_once(o: &Opts, addr: &str, conn: &mut Option<Sender>, acc: &mut SseAcc) -> Result<(), Err> {
+    let req = request(o, addr, true)?;
+    let t0 = Instant::now();
+    let s = ready(conn, addr).await?;
+    let resp = s.send_request(req).await?;
+    if !resp.status().is_success() {
+        acc.errors += 1;
+        resp.into_body().collect().await?;
+        return Ok(());
+    }
+    let mut body = resp.into_body();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut times: Vec<Instant> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame?;
+        let Ok(data) = frame.into_data() else { continue };
+        let now = Instant::now();
+        buf.extend_from_slice(&data);
+        let mut in_frame = 0;
+        // Split complete events ("\n\n"; tolerate "\r\n\r\n").
+        loop {
+            let text = String::from_utf8_lossy(&buf).replace("\r\n", "\n");
+            let Some(end) = text.find("\n\n") else {
+                buf = text.into_bytes();
+                break;
+            };
+            let event = text[..end].to_string();
+            buf = text[end + 2..].as_bytes().to_vec();
+            let data: String = event
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(str::trim_start)
+                .collect::<Vec<_>>()
+                .join("\n");
+            if content_of(&data) == Some(true) {
+                times.push(now);
+                in_frame += 1;
+            }
+        }
+        if in_frame > 1 {
+            acc.multi_frames += 1;
+        }
+    }
+    if let Some(first) = times.first() {
+        acc.ttft.push(first.duration_since(t0).as_secs_f64() * 1e6);
+    }
+    acc.chunks_min = acc.chunks_min.min(times.len());
+    acc.chunks_max = acc.chunks_max.max(times.len());
+    for w in times.windows(2) {
+        let g = w[1].duration_since(w[0]).as_secs_f64() * 1e6;
+        if o.interval_ms > 0.0 && g < o.interval_ms * 1000.0 / 2.0 {
+            acc.buffered += 1;
+        }
+        if g >= 30_000.0 {
+            acc.slow_gaps += 1;
+        }
+        acc.gaps.push(g);
+    }
+    if times.len() > 1 {
+        let span = times[times.len() - 1].duration_since(times[0]).as_secs_f64() * 1e6;
+        acc.mean_gaps.push(span / (times.len() - 1) as f64);
+    }
+    Ok(())
+}
+
+fn sse_done(_: &Opts, acc: SseAcc) -> Value {
+    let slow_ttft = acc.ttft.iter().filter(|t| **t >= 30_000.0).count();
+    json!({
+        "ttft_us": summary(acc.ttft), "gap_us": summary(acc.gaps), "mean_gap_us": summary(acc.mean_gaps),
+        "chunks_min": if acc.chunks_min == usize::MAX { 0 } else { acc.chunks_min }, "chunks_max": acc.chunks_max,
+        "buffered": acc.buffered, "multi_event_frames": acc.multi_frames,
+        "gaps_over_30ms": acc.slow_gaps, "ttft_over_30ms": slow_ttft, "errors": acc.errors,
+    })
+}
+
+async fn sse(o: &Opts) -> Result<Value, Err> {
+    interleave!(o, SseAcc, sse_once, sse_done)
 }
 
 fn rss_kb(pids: &[u32]) -> u64 {
@@ -260,7 +353,7 @@ async fn streams(o: &Opts) -> Result<Value, Err> {
     let deadline = Instant::now() + Duration::from_secs(o.secs);
     let mut tasks = Vec::new();
     for _ in 0..o.n {
-        let req = request(o, true)?;
+        let req = request(o, &o.addr, true)?;
         let addr = o.addr.clone();
         let (opened, done, failed) = (opened.clone(), done.clone(), failed.clone());
         tasks.push(tokio::spawn(async move {
