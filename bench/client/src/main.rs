@@ -18,6 +18,7 @@
 //!       N concurrent slow streams, one connection each; samples VmRSS of the PIDs every 50 ms.
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Body as _;
 use hyper::client::conn::http1;
 use hyper::Request;
 use hyper_util::rt::TokioIo;
@@ -266,10 +267,26 @@ async fn sse_once(o: &Opts, addr: &str, conn: &mut Option<Sender>, acc: &mut Sse
     let mut body = resp.into_body();
     let mut buf: Vec<u8> = Vec::new();
     let mut times: Vec<Instant> = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame?;
-        let Ok(data) = frame.into_data() else { continue };
-        let now = Instant::now();
+    // Frames are timestamped as the HTTP stack hands them over, and every frame already there is
+    // taken (and timestamped) before any is parsed: otherwise a frame that arrived together with
+    // earlier ones (a proxy that holds the preamble sends head, preamble and first token in one
+    // write) would be stamped only after this client had parsed those, and the client's own
+    // parsing would count as the arm's latency.
+    let mut arrived: std::collections::VecDeque<(Bytes, Instant)> = std::collections::VecDeque::new();
+    loop {
+        if arrived.is_empty() {
+            let Some(frame) = body.frame().await else { break };
+            if let Ok(data) = frame?.into_data() {
+                arrived.push_back((data, Instant::now()));
+            }
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            while let std::task::Poll::Ready(Some(frame)) = std::pin::Pin::new(&mut body).poll_frame(&mut cx) {
+                if let Ok(data) = frame?.into_data() {
+                    arrived.push_back((data, Instant::now()));
+                }
+            }
+        }
+        let Some((data, now)) = arrived.pop_front() else { continue };
         buf.extend_from_slice(&data);
         let mut in_frame = 0;
         // Split complete events ("\n\n"; tolerate "\r\n\r\n").
