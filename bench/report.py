@@ -206,15 +206,18 @@ fbpen = {
 }
 fbstatus = {}
 fbserved = {}
+fbattempts = {}
 fbhits = {}
 for m in FB_ARMS:
-    st, sv = {}, {}
+    st, sv, at = {}, {}, {}
     for r in rounds:
         for k, v in (fb(r, m, "status") or {}).items():
             st[k] = st.get(k, 0) + v
         for k, v in (fb(r, m, "served_by") or {}).items():
             sv[k] = sv.get(k, 0) + v
-    fbstatus[m], fbserved[m] = st, sv
+        for k, v in (fb(r, m, "attempts") or {}).items():
+            at[k] = at.get(k, 0) + v
+    fbstatus[m], fbserved[m], fbattempts[m] = st, sv, at
     hs = [read(f"r{r}_fbhits_{m}") for r in rounds]
     fbhits[m] = sum(int(h) for h in hs if h and h.strip().lstrip("-").isdigit() and int(h) >= 0)
 
@@ -308,15 +311,16 @@ for a in arms:
     st = "–" if not s else f"{s['max_concurrent_open']} / {s['completed']} / {s['failed']}"
     w(f"| {LABEL[a]}{' (the mock)' if a == 'direct' else ''} | {mb(rss_idle[a])} | {mb(rss_after[a])} | {mb(s['rss_peak_kb']) if s else '–'} | {st} |")
 w("")
-w("## (f) fallback penalty through sidetrack (1 connection, sequential, non-streaming)")
+w("## (f) fallback penalty through sidetrack (non-streaming; the five paths interleaved request by request, one connection each)")
 w("")
-w("| path | p50 | p99 | mean | penalty p50 vs secondary directly | ÷ secondary directly (p50) | primary (503 model) hits during the arm | statuses | served by |")
-w("|---|---:|---:|---:|---:|---:|---:|---|---|")
+w("| path | p50 | p99 | mean | penalty p50 vs secondary directly | ÷ secondary directly (p50) | primary (503 model) hits | statuses | served by | x-sidetrack-attempts |")
+w("|---|---:|---:|---:|---:|---:|---:|---|---|---|")
 for m in FB_ARMS:
     hits = str(fbhits[m]) if "503" in m else "n/a"
     w(f"| {FB_LABEL[m]} | {us(fb50[m])} | {us(fb99[m])} | {us(fbmean[m])} | {'–' if m == 'fb-direct' else us(fbpen[m])} | "
       f"{'–' if m == 'fb-direct' else ratio(fb50[m], fb50['fb-direct'])} | {hits} | "
-      f"{', '.join(f'{k}: {v}' for k, v in sorted(fbstatus[m].items()))} | {', '.join(f'{k}: {v}' for k, v in sorted(fbserved[m].items()))} |")
+      f"{', '.join(f'{k}: {v}' for k, v in sorted(fbstatus[m].items()))} | {', '.join(f'{k}: {v}' for k, v in sorted(fbserved[m].items()))} | "
+      f"{', '.join(f'{k}: {v}' for k, v in sorted(fbattempts[m].items()))} |")
 w("")
 
 # ---------------------------------------------------------------- targets of issue 5

@@ -4,13 +4,14 @@
 //!   bench-client lat     ADDR[,ADDR...] PATH MODEL N [--for-secs S] [-H 'name: value']...
 //!       N sequential non-streaming requests (or as many as fit in S seconds, at most N) on one
 //!       keep-alive connection per address: latency p50/p99/mean, statuses, and the
-//!       `x-sidetrack-served-by` values seen.
+//!       `x-sidetrack-served-by` and `x-sidetrack-attempts` values seen.
 //!   bench-client sse     ADDR[,ADDR...] PATH MODEL N [--interval-ms MS] [-H ...]
 //!       N sequential streamed requests on one connection per address; every SSE event is
 //!       timestamped on arrival: time to first token, per-chunk gap, content-chunk count, chunks that
 //!       arrived "buffered" (closer than half the mock's chunk interval to the previous one), gaps
 //!       >= 30 ms.
 //!
+//! An address may name its own model as `ADDR@MODEL` (arms that differ only by model).
 //! With several addresses, `lat` and `sse` interleave them request by request (the first address
 //! of each cycle rotates), so every arm sees the same moments of a noisy machine; the output is
 //! then `{"interleaved": K, "arms": {ADDR: <the one-address output>}}`.
@@ -104,9 +105,18 @@ async fn connect(addr: &str) -> Result<Sender, Err> {
     Ok(sender)
 }
 
+/// An address entry, `ADDR` or `ADDR@MODEL` (a per-arm model): the address and the model to send.
+fn entry<'e>(o: &'e Opts, e: &'e str) -> (&'e str, &'e str) {
+    match e.split_once('@') {
+        Some((addr, model)) => (addr, model),
+        None => (e, o.model.as_str()),
+    }
+}
+
 fn request(o: &Opts, addr: &str, stream: bool) -> Result<Request<Full<Bytes>>, Err> {
+    let (addr, model) = entry(o, addr);
     let body = json!({
-        "model": o.model,
+        "model": model,
         "messages": [{"role": "user", "content": "Say hello to the benchmark."}],
         "stream": stream,
     });
@@ -181,29 +191,33 @@ struct LatAcc {
     lats: Vec<f64>,
     statuses: serde_json::Map<String, Value>,
     served: serde_json::Map<String, Value>,
+    attempts: serde_json::Map<String, Value>,
 }
 
 async fn lat_once(o: &Opts, addr: &str, conn: &mut Option<Sender>, acc: &mut LatAcc) -> Result<(), Err> {
     let req = request(o, addr, false)?;
     let t0 = Instant::now();
-    let s = ready(conn, addr).await?;
+    let s = ready(conn, entry(o, addr).0).await?;
     let resp = s.send_request(req).await?;
     let status = resp.status().as_u16().to_string();
-    let by = resp
-        .headers()
-        .get("x-sidetrack-served-by")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("-")
-        .to_string();
+    let header = |name: &str| {
+        resp.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-")
+            .to_string()
+    };
+    let (by, attempts) = (header("x-sidetrack-served-by"), header("x-sidetrack-attempts"));
     resp.into_body().collect().await?;
     acc.lats.push(t0.elapsed().as_secs_f64() * 1e6);
     bump(&mut acc.statuses, &status);
     bump(&mut acc.served, &by);
+    bump(&mut acc.attempts, &attempts);
     Ok(())
 }
 
 fn lat_done(_: &Opts, acc: LatAcc) -> Value {
-    json!({"latency_us": summary(acc.lats), "status": acc.statuses, "served_by": acc.served})
+    json!({"latency_us": summary(acc.lats), "status": acc.statuses, "served_by": acc.served, "attempts": acc.attempts})
 }
 
 async fn lat(o: &Opts) -> Result<Value, Err> {
@@ -257,7 +271,7 @@ impl Default for SseAcc {
 async fn sse_once(o: &Opts, addr: &str, conn: &mut Option<Sender>, acc: &mut SseAcc) -> Result<(), Err> {
     let req = request(o, addr, true)?;
     let t0 = Instant::now();
-    let s = ready(conn, addr).await?;
+    let s = ready(conn, entry(o, addr).0).await?;
     let resp = s.send_request(req).await?;
     if !resp.status().is_success() {
         acc.errors += 1;
