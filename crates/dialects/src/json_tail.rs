@@ -347,23 +347,6 @@ mod tests {
         })
     }
 
-    fn reference_converse(body: &[u8]) -> Option<Usage> {
-        fn field<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
-            v.get(key).filter(|v| !v.is_null())
-        }
-        let v: Value = serde_json::from_slice(body).ok()?;
-        let u = field(&v, "usage")?;
-        if !u.is_object() {
-            return None;
-        }
-        Some(Usage {
-            input_tokens: field(u, "inputTokens").and_then(Value::as_u64).unwrap_or(0),
-            output_tokens: field(u, "outputTokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
-        })
-    }
-
     /// Every dialect's `response_usage` equals its full parse on `body`. Returns whether the fast
     /// path answered (for the derived-struct and the `Value` reading) rather than falling back.
     fn check(body: &[u8]) -> (bool, bool) {
@@ -387,7 +370,7 @@ mod tests {
         assert_eq!(invoke::response_usage(body), io, "invoke: {shown}");
         assert_eq!(
             converse::response_usage(body),
-            reference_converse(body),
+            converse::full_response_usage(body),
             "converse: {shown}"
         );
         // The helper on its own: whenever it answers, it answers what the full parse reads.
@@ -635,7 +618,7 @@ mod tests {
         assert_eq!(reference_chat(body), None);
         assert_eq!(openai_chat::response_usage(body), one);
         let body = b"{\"a\":\"\xff\",\"x\":1e400,\"usage\":{\"inputTokens\":1}}";
-        assert_eq!(reference_converse(body), None);
+        assert_eq!(converse::full_response_usage(body), None);
         assert_eq!(converse::response_usage(body), one);
         // A derived struct does not look inside ignored strings, so there is no difference.
         let body = b"{\"a\":\"\xff\",\"usage\":{\"prompt_tokens\":1}}";

@@ -150,18 +150,27 @@ static CONTENT_KEYS: LazyLock<[(Finder<'static>, bool); 4]> = LazyLock::new(|| {
 /// value `null` (or `""` for the two text fields). Anything else — another value, or bytes that
 /// merely look like such a key — answers `true`: parse to know.
 fn may_carry_content(data: &[u8]) -> bool {
-    if memchr::memmem::find(data, b"\\u").is_some() {
+    if memchr::memchr_iter(b'\\', data).any(|i| data.get(i + 1) == Some(&b'u')) {
         return true;
     }
     CONTENT_KEYS.iter().any(|(key, text)| {
-        key.find_iter(data).any(|at| {
-            let rest = json_tail::skip_ws(&data[at + key.needle().len()..]);
-            let Some((b':', value)) = rest.split_first() else {
-                return false; // not followed by `:`, so not a key
-            };
-            let value = json_tail::skip_ws(value);
-            !(value.starts_with(b"null") || (*text && value.starts_with(b"\"\"")))
-        })
+        member_values(data, key)
+            .any(|value| !(value.starts_with(b"null") || (*text && value.starts_with(b"\"\""))))
+    })
+}
+
+/// What follows each plain occurrence of the searcher's quoted key that is followed by `:` (so
+/// read as a key), from its value's first byte on (whitespace skipped). No parse.
+fn member_values<'d>(
+    data: &'d [u8],
+    quoted_key: &'d Finder<'static>,
+) -> impl Iterator<Item = &'d [u8]> {
+    quoted_key.find_iter(data).filter_map(move |at| {
+        let rest = json_tail::skip_ws(&data[at + quoted_key.needle().len()..]);
+        match rest.split_first() {
+            Some((b':', value)) => Some(json_tail::skip_ws(value)),
+            _ => None,
+        }
     })
 }
 
@@ -198,13 +207,7 @@ static USAGE_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"u
 /// A cheap pre-check run on every stream event before any JSON parse: does the searcher's quoted
 /// key occur followed by `:` and an object, whitespace allowed? One `memmem` pass, no parse.
 fn has_object_member(data: &[u8], quoted_key: &Finder<'static>) -> bool {
-    quoted_key.find_iter(data).any(|at| {
-        let rest = json_tail::skip_ws(&data[at + quoted_key.needle().len()..]);
-        match rest.split_first() {
-            Some((b':', after)) => json_tail::skip_ws(after).first() == Some(&b'{'),
-            _ => false,
-        }
-    })
+    member_values(data, quoted_key).any(|value| value.first() == Some(&b'{'))
 }
 
 /// Usage carried by one stream event (the `include_usage` chunk), if any.

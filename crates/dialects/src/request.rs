@@ -72,19 +72,25 @@ impl fmt::Display for ParseError {
 
 impl std::error::Error for ParseError {}
 
+/// A caller body as text and its top level read as `T` (a reader of a JSON object): a body that
+/// is not UTF-8 or not JSON is `NotJson`, JSON that is not an object `NotAnObject`.
+pub(crate) fn parse_top<'b, T: Deserialize<'b>>(
+    body: &'b [u8],
+) -> Result<(&'b str, T), ParseError> {
+    let text = std::str::from_utf8(body).map_err(|e| ParseError::NotJson(e.to_string()))?;
+    match serde_json::from_str(text) {
+        Ok(top) => Ok((text, top)),
+        Err(e) if e.classify() == serde_json::error::Category::Data => Err(ParseError::NotAnObject),
+        Err(e) => Err(ParseError::NotJson(e.to_string())),
+    }
+}
+
 impl ParsedRequest {
     /// Parses a JSON body whose top level carries `model` and optional `stream`, without building a
     /// tree of the whole document: the few top-level values routing reads stay raw slices of the
     /// input and every other value is only checked (see `TopMembers`).
     pub fn parse_json_top(dialect: Dialect, body: Bytes) -> Result<ParsedRequest, ParseError> {
-        let text = std::str::from_utf8(&body).map_err(|e| ParseError::NotJson(e.to_string()))?;
-        let top: TopMembers<'_> = match serde_json::from_str(text) {
-            Ok(m) => m,
-            Err(e) if e.classify() == serde_json::error::Category::Data => {
-                return Err(ParseError::NotAnObject)
-            }
-            Err(e) => return Err(ParseError::NotJson(e.to_string())),
-        };
+        let (text, top) = parse_top::<TopMembers<'_>>(&body)?;
         let request = Self::from_members(dialect, text, &top)?;
         Ok(ParsedRequest { body, ..request })
     }
@@ -324,14 +330,7 @@ mod tests {
     fn reference_parse(dialect: Dialect, body: Bytes) -> Result<ParsedRequest, ParseError> {
         use std::borrow::Cow;
         use std::collections::BTreeMap;
-        let text = std::str::from_utf8(&body).map_err(|e| ParseError::NotJson(e.to_string()))?;
-        let top: BTreeMap<Cow<'_, str>, &RawValue> = match serde_json::from_str(text) {
-            Ok(m) => m,
-            Err(e) if e.classify() == serde_json::error::Category::Data => {
-                return Err(ParseError::NotAnObject)
-            }
-            Err(e) => return Err(ParseError::NotJson(e.to_string())),
-        };
+        let (text, top) = parse_top::<BTreeMap<Cow<'_, str>, &RawValue>>(&body)?;
         let members = TopMembers {
             model: top.get("model").copied(),
             stream: top.get("stream").copied(),

@@ -672,7 +672,7 @@ pub fn response_usage(body: &[u8]) -> Option<Usage> {
 }
 
 /// The full parse behind [`response_usage`].
-fn full_response_usage(body: &[u8]) -> Option<Usage> {
+pub(crate) fn full_response_usage(body: &[u8]) -> Option<Usage> {
     let v: Value = serde_json::from_slice(body).ok()?;
     usage_from(field(&v, "usage"))
 }

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use crate::request::{Features, ParseError, ParsedRequest};
+use crate::request::{parse_top, Features, ParseError, ParsedRequest};
 use crate::Dialect;
 
 pub use errors::{normalize_error_code, parse_error, render_upstream_error, ERROR_TYPE_HEADER};
@@ -47,14 +47,7 @@ pub fn parse_request(
             expected: "at most 2048 characters",
         });
     }
-    let text = std::str::from_utf8(&body).map_err(|e| ParseError::NotJson(e.to_string()))?;
-    let top: BTreeMap<Cow<'_, str>, &RawValue> = match serde_json::from_str(text) {
-        Ok(m) => m,
-        Err(e) if e.classify() == serde_json::error::Category::Data => {
-            return Err(ParseError::NotAnObject)
-        }
-        Err(e) => return Err(ParseError::NotJson(e.to_string())),
-    };
+    let (_, top) = parse_top::<BTreeMap<Cow<'_, str>, &RawValue>>(&body)?;
     let present = |raw: Option<&&RawValue>| raw.is_some_and(|r| !matches!(r.get(), "null" | "[]"));
     let tools = match dialect {
         Dialect::BedrockConverse => top
