@@ -8,10 +8,9 @@ pub mod store;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-
-use arc_swap::ArcSwap;
 use std::time::{Duration, Instant, SystemTime};
 
+use arc_swap::ArcSwap;
 use sidetrack_config::{BreakerPolicy, Config};
 use sidetrack_resilience::{
     Admission, Breaker, BreakerConfig, BreakerState, Probe, SharedBreaker, Transition,

@@ -15,10 +15,9 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::OnceLock;
-
-use arc_swap::ArcSwap;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

@@ -62,10 +62,11 @@ impl hyper::service::Service<Request<Incoming>> for App {
     fn call(&self, req: Request<Incoming>) -> Answer {
         if let Some(shared) = &self.data_plane {
             if req.method() == Method::POST {
-                if let Some((_, dialect)) = super::dialect_path(req.uri().path()) {
+                if let Some((path, dialect)) = super::dialect_path(req.uri().path()) {
                     let shared = shared.clone();
                     return Box::pin(async move {
-                        Ok(super::handle(shared, dialect, None, false, req.map(Body::new)).await)
+                        let req = req.map(Body::new);
+                        Ok(super::handle(shared, path.into(), dialect, None, false, req).await)
                     });
                 }
             }

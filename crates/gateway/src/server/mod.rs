@@ -7,6 +7,7 @@ mod tls;
 
 pub use lifecycle::{start, GatewayHandle, GatewayOptions, ReloadFn};
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -84,7 +85,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         router = router.route(
             path,
             post(move |State(shared): State<Arc<Shared>>, req: Request| {
-                handle(shared, dialect, None, false, req)
+                handle(shared, Cow::Borrowed(path), dialect, None, false, req)
             }),
         );
     }
@@ -194,12 +195,15 @@ async fn bedrock(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         let msg = "the model id in the path is not valid percent-encoding";
         return respond::error_response(dialect, GatewayErrorKind::InvalidRequest, msg, None);
     };
-    handle(shared, dialect, Some(model), stream, req).await
+    let path = Cow::Owned(raw.to_owned());
+    handle(shared, path, dialect, Some(model), stream, req).await
 }
 
-/// The phases of one request (SPEC §5.1), top to bottom.
+/// The phases of one request (SPEC §5.1), top to bottom. `path` is the request's path (the
+/// routing log's `requestPath`), a static string for the literal dialect paths.
 async fn handle(
     shared: Arc<Shared>,
+    path: Cow<'static, str>,
     dialect: Dialect,
     path_model: Option<String>,
     path_stream: bool,
@@ -208,7 +212,7 @@ async fn handle(
     // accept
     let rt = shared.runtime.load_full();
     let server = &rt.config.server;
-    let mut ctx = RequestCtx::new(&shared, dialect, req.uri().path(), server);
+    let mut ctx = RequestCtx::new(&shared, dialect, path, server);
     let deadline = ctx.started + server.request_timeout;
 
     // authenticate

@@ -83,7 +83,12 @@ pub fn error_response(
 }
 
 impl RequestCtx {
-    pub fn new(shared: &Arc<Shared>, dialect: Dialect, path: &str, server: &Server) -> RequestCtx {
+    pub fn new(
+        shared: &Arc<Shared>,
+        dialect: Dialect,
+        path: Cow<'static, str>,
+        server: &Server,
+    ) -> RequestCtx {
         RequestCtx {
             in_flight: shared.metrics.in_flight(),
             trace_start: shared.metrics.traces().start(),
@@ -91,10 +96,7 @@ impl RequestCtx {
             started: Instant::now(),
             request_id: RequestId::next(),
             dialect,
-            path: match super::dialect_path(path) {
-                Some((path, _)) => Cow::Borrowed(path),
-                None => Cow::Owned(path.to_owned()),
-            },
+            path,
             principal: None,
             requested_model: None,
             rule_name: None,
@@ -286,12 +288,11 @@ impl RequestCtx {
             h.insert(ATTEMPTS.clone(), small_number(attempts));
             h.insert(FALLBACK_HOP.clone(), small_number(hop));
         }
-        let upstream_said_when =
-            |h: &http::HeaderMap| h.contains_key(RETRY_AFTER) || h.contains_key(&RETRY_AFTER_MS);
+        // The header lookups come last: most answers are settled by the cheaper tests.
         if self.retry_hint == CallerRetryHint::Auto
             && status >= 400
             && attempts >= 2
-            && !upstream_said_when(h)
+            && !(h.contains_key(RETRY_AFTER) || h.contains_key(&RETRY_AFTER_MS))
         {
             // The chain already tried alternatives; SDK retries would multiply upstream calls.
             h.insert(SHOULD_RETRY.clone(), HeaderValue::from_static("false"));
