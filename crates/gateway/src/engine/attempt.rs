@@ -1,6 +1,7 @@
 //! Phases "attempt" and "classify": one outbound request to one destination, timed, read up to the
 //! commit decision, and turned into exactly one [`Outcome`].
 
+use std::future::Future;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -56,7 +57,8 @@ pub enum Upstream {
         parts: Parts,
         held: Vec<Bytes>,
         rest: Incoming,
-        pipe: Option<Pipe>,
+        /// Boxed: it is large, and an `Upstream` is moved several times on its way to the caller.
+        pipe: Option<Box<Pipe>>,
     },
 }
 
@@ -187,206 +189,192 @@ fn translate_error(
 }
 
 /// Runs one attempt up to its commit decision.
-pub async fn run(spec: AttemptSpec<'_>) -> Attempt {
-    let started = Instant::now();
-    let fbt_deadline = spec.first_byte_timeout.map(|d| started + d);
-    let first_byte_deadline = match fbt_deadline {
-        Some(d) if d < spec.deadline => d,
-        _ => spec.deadline,
-    };
-    let timeout_detail = || {
-        if fbt_deadline.is_some_and(|d| d <= spec.deadline) {
-            "firstByteTimeoutMilliseconds"
-        } else {
-            "requestTimeoutMilliseconds"
-        }
-    };
-    let failed = |outcome: Outcome, detail: String, first_byte: Option<Duration>| Attempt {
-        outcome,
-        detail: Some(detail),
-        duration: started.elapsed(),
-        first_byte,
-        response: None,
-    };
-
-    let resp = match tokio::time::timeout_at(first_byte_deadline, spec.client.request(spec.request))
-        .await
-    {
-        Err(_) => {
-            return failed(
-                Outcome::Error(ErrorKind::FirstByteTimeout),
-                timeout_detail().into(),
-                None,
-            )
-        }
-        Ok(Err(e)) => {
-            let detail = if e.is_connect() {
-                "connect"
+/// (A plain fn returning an `async` block rather than an `async fn`: an `async fn` keeps its
+/// argument twice in its future, as passed and as the local it moves to. See
+/// docs/decisions/0003-hot-path.md, "Small futures".)
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an `async fn` would keep its arguments twice in its future"
+)]
+pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
+    async move {
+        let started = Instant::now();
+        let fbt_deadline = spec.first_byte_timeout.map(|d| started + d);
+        let first_byte_deadline = match fbt_deadline {
+            Some(d) if d < spec.deadline => d,
+            _ => spec.deadline,
+        };
+        let timeout_detail = || {
+            if fbt_deadline.is_some_and(|d| d <= spec.deadline) {
+                "firstByteTimeoutMilliseconds"
             } else {
-                "transport"
+                "requestTimeoutMilliseconds"
+            }
+        };
+        let failed = |outcome: Outcome, detail: String, first_byte: Option<Duration>| Attempt {
+            outcome,
+            detail: Some(detail),
+            duration: started.elapsed(),
+            first_byte,
+            response: None,
+        };
+
+        let resp =
+            match tokio::time::timeout_at(first_byte_deadline, spec.client.request(spec.request))
+                .await
+            {
+                Err(_) => {
+                    return failed(
+                        Outcome::Error(ErrorKind::FirstByteTimeout),
+                        timeout_detail().into(),
+                        None,
+                    )
+                }
+                Ok(Err(e)) => {
+                    let detail = if e.is_connect() {
+                        "connect"
+                    } else {
+                        "transport"
+                    };
+                    return failed(
+                        Outcome::Error(ErrorKind::ConnectionError),
+                        detail.into(),
+                        None,
+                    );
+                }
+                Ok(Ok(r)) => r,
             };
-            return failed(
-                Outcome::Error(ErrorKind::ConnectionError),
-                detail.into(),
+        let (parts, mut body) = resp.into_parts();
+        let status = parts.status.as_u16();
+
+        // The first-byte timeout runs until the first body byte, not just the headers.
+        let first = match next_data(&mut body, first_byte_deadline).await {
+            Read::TimedOut => {
+                return failed(
+                    Outcome::Error(ErrorKind::FirstByteTimeout),
+                    timeout_detail().into(),
+                    None,
+                )
+            }
+            Read::Failed => {
+                return failed(
+                    Outcome::Error(ErrorKind::ConnectionError),
+                    "bodyBeforeFirstByte".into(),
+                    None,
+                )
+            }
+            Read::End => None,
+            Read::Data(d) => Some(d),
+        };
+        let first_byte = Some(started.elapsed());
+        let done = |outcome: Outcome, detail: Option<String>, response: Upstream| Attempt {
+            outcome,
+            detail,
+            duration: started.elapsed(),
+            first_byte,
+            response: Some(response),
+        };
+
+        let translated = spec.upstream != spec.caller;
+        if status >= 400 {
+            // Read the whole (small) error body: if this hop triggers and is the last one used, the
+            // caller gets exactly this response (translated into its dialect when formats differ).
+            let body = read_rest(first, &mut body, spec.deadline, MAX_ERROR_BODY).await;
+            let (parts, body) = if translated {
+                translate_error(parts, &body, spec.upstream, spec.caller)
+            } else {
+                (parts, body)
+            };
+            return done(
+                Outcome::Status(status),
                 None,
+                Upstream::Buffered { parts, body },
             );
         }
-        Ok(Ok(r)) => r,
-    };
-    let (parts, mut body) = resp.into_parts();
-    let status = parts.status.as_u16();
-
-    // The first-byte timeout runs until the first body byte, not just the headers.
-    let first = match next_data(&mut body, first_byte_deadline).await {
-        Read::TimedOut => {
-            return failed(
-                Outcome::Error(ErrorKind::FirstByteTimeout),
-                timeout_detail().into(),
-                None,
-            )
-        }
-        Read::Failed => {
-            return failed(
-                Outcome::Error(ErrorKind::ConnectionError),
-                "bodyBeforeFirstByte".into(),
-                None,
-            )
-        }
-        Read::End => None,
-        Read::Data(d) => Some(d),
-    };
-    let first_byte = Some(started.elapsed());
-    let done = |outcome: Outcome, detail: Option<String>, response: Upstream| Attempt {
-        outcome,
-        detail,
-        duration: started.elapsed(),
-        first_byte,
-        response: Some(response),
-    };
-
-    let translated = spec.upstream != spec.caller;
-    if status >= 400 {
-        // Read the whole (small) error body: if this hop triggers and is the last one used, the
-        // caller gets exactly this response (translated into its dialect when formats differ).
-        let body = read_rest(first, &mut body, spec.deadline, MAX_ERROR_BODY).await;
-        let (parts, body) = if translated {
-            translate_error(parts, &body, spec.upstream, spec.caller)
-        } else {
-            (parts, body)
-        };
-        return done(
-            Outcome::Status(status),
-            None,
-            Upstream::Buffered { parts, body },
-        );
-    }
-    if translated && !is_stream(&parts) {
-        // A whole answer in another format: read it, translate it, send it as one body.
-        let raw = read_rest(first, &mut body, spec.deadline, MAX_TRANSLATED_BODY).await;
-        return match spec.upstream.parse_response(&raw) {
-            Ok(mut resp) => {
-                // Converse answers carry neither id nor model: name them as the stream encoders do.
-                if resp.id.is_empty() {
-                    resp.id = spec.response_id.to_owned();
+        if translated && !is_stream(&parts) {
+            // A whole answer in another format: read it, translate it, send it as one body.
+            let raw = read_rest(first, &mut body, spec.deadline, MAX_TRANSLATED_BODY).await;
+            return match spec.upstream.parse_response(&raw) {
+                Ok(mut resp) => {
+                    // Converse answers carry neither id nor model: name them as the stream encoders do.
+                    if resp.id.is_empty() {
+                        resp.id = spec.response_id.to_owned();
+                    }
+                    if resp.model.is_empty() {
+                        resp.model = spec.model.to_owned();
+                    }
+                    let mut parts = parts;
+                    set_json(&mut parts);
+                    done(
+                        Outcome::from_status(status),
+                        None,
+                        Upstream::Buffered {
+                            parts,
+                            body: spec.caller.render_response(&resp),
+                        },
+                    )
                 }
-                if resp.model.is_empty() {
-                    resp.model = spec.model.to_owned();
+                Err(e) => {
+                    let message = format!("sidetrack could not translate the upstream answer: {e}");
+                    let r = spec
+                        .caller
+                        .render_upstream_error(502, "api_error", &message);
+                    let mut parts = parts;
+                    parts.status = http::StatusCode::from_u16(r.status)
+                        .unwrap_or(http::StatusCode::BAD_GATEWAY);
+                    set_json(&mut parts);
+                    done(
+                        Outcome::Status(502),
+                        Some("untranslatableResponse".into()),
+                        Upstream::Buffered {
+                            parts,
+                            body: r.body,
+                        },
+                    )
                 }
-                let mut parts = parts;
-                set_json(&mut parts);
-                done(
-                    Outcome::from_status(status),
-                    None,
-                    Upstream::Buffered {
-                        parts,
-                        body: spec.caller.render_response(&resp),
-                    },
-                )
-            }
-            Err(e) => {
-                let message = format!("sidetrack could not translate the upstream answer: {e}");
-                let r = spec
-                    .caller
-                    .render_upstream_error(502, "api_error", &message);
-                let mut parts = parts;
-                parts.status =
-                    http::StatusCode::from_u16(r.status).unwrap_or(http::StatusCode::BAD_GATEWAY);
-                set_json(&mut parts);
-                done(
-                    Outcome::Status(502),
-                    Some("untranslatableResponse".into()),
-                    Upstream::Buffered {
-                        parts,
-                        body: r.body,
-                    },
-                )
-            }
-        };
-    }
+            };
+        }
 
-    let Some(first) = first else {
-        return done(
-            Outcome::from_status(status),
-            None,
-            Upstream::Buffered {
-                parts,
-                body: Bytes::new(),
-            },
-        );
-    };
-    if !is_stream(&parts) {
-        // A plain body: the first byte commits it; the rest streams through as it arrives.
-        return done(
-            Outcome::from_status(status),
-            None,
-            Upstream::Live {
-                parts,
-                held: vec![first],
-                rest: body,
-                pipe: None,
-            },
-        );
-    }
-
-    let mut pipe = Pipe::new(spec.upstream, spec.caller, spec.response_id, spec.model);
-    let mut parts = parts;
-    if translated {
-        let ct = http::HeaderValue::from_static(spec.caller.stream_content_type());
-        parts.headers.insert(http::header::CONTENT_TYPE, ct);
-        parts.headers.remove("x-amzn-bedrock-content-type");
-    }
-    let out = pipe.feed_until_decided(first);
-    let mut held_len = out.len();
-    let mut held = vec![out];
-    if spec.stream_commit == StreamCommit::FirstByte {
-        return done(
-            Outcome::from_status(status),
-            None,
-            Upstream::Live {
-                parts,
-                held,
-                rest: body,
-                pipe: Some(pipe),
-            },
-        );
-    }
-    // firstToken: hold the preamble until the first content-bearing event.
-    loop {
-        if let Some((code, error_type)) = pipe.state().error.clone() {
-            let detail = format!("streamErrorEvent:{error_type}");
+        let Some(first) = first else {
             return done(
-                Outcome::Status(code),
-                Some(detail),
+                Outcome::from_status(status),
+                None,
+                Upstream::Buffered {
+                    parts,
+                    body: Bytes::new(),
+                },
+            );
+        };
+        if !is_stream(&parts) {
+            // A plain body: the first byte commits it; the rest streams through as it arrives.
+            return done(
+                Outcome::from_status(status),
+                None,
                 Upstream::Live {
                     parts,
-                    held,
+                    held: vec![first],
                     rest: body,
-                    pipe: Some(pipe),
+                    pipe: None,
                 },
             );
         }
-        let seen = pipe.state();
-        if seen.seen_content || seen.seen_done || held_len > MAX_HELD_BYTES {
+
+        let mut pipe = Box::new(Pipe::new(
+            spec.upstream,
+            spec.caller,
+            spec.response_id,
+            spec.model,
+        ));
+        let mut parts = parts;
+        if translated {
+            let ct = http::HeaderValue::from_static(spec.caller.stream_content_type());
+            parts.headers.insert(http::header::CONTENT_TYPE, ct);
+            parts.headers.remove("x-amzn-bedrock-content-type");
+        }
+        let out = pipe.feed_until_decided(first);
+        let mut held_len = out.len();
+        let mut held = vec![out];
+        if spec.stream_commit == StreamCommit::FirstByte {
             return done(
                 Outcome::from_status(status),
                 None,
@@ -398,27 +386,56 @@ pub async fn run(spec: AttemptSpec<'_>) -> Attempt {
                 },
             );
         }
-        match next_data(&mut body, spec.deadline).await {
-            Read::Data(d) => {
-                let out = pipe.feed_until_decided(d);
-                held_len += out.len();
-                if !out.is_empty() {
-                    held.push(out);
+        // firstToken: hold the preamble until the first content-bearing event.
+        loop {
+            if let Some((code, error_type)) = pipe.state().error.clone() {
+                let detail = format!("streamErrorEvent:{error_type}");
+                return done(
+                    Outcome::Status(code),
+                    Some(detail),
+                    Upstream::Live {
+                        parts,
+                        held,
+                        rest: body,
+                        pipe: Some(pipe),
+                    },
+                );
+            }
+            let seen = pipe.state();
+            if seen.seen_content || seen.seen_done || held_len > MAX_HELD_BYTES {
+                return done(
+                    Outcome::from_status(status),
+                    None,
+                    Upstream::Live {
+                        parts,
+                        held,
+                        rest: body,
+                        pipe: Some(pipe),
+                    },
+                );
+            }
+            match next_data(&mut body, spec.deadline).await {
+                Read::Data(d) => {
+                    let out = pipe.feed_until_decided(d);
+                    held_len += out.len();
+                    if !out.is_empty() {
+                        held.push(out);
+                    }
                 }
-            }
-            Read::End | Read::Failed => {
-                return failed(
-                    Outcome::Error(ErrorKind::ConnectionError),
-                    "streamEndedBeforeFirstToken".into(),
-                    first_byte,
-                )
-            }
-            Read::TimedOut => {
-                return failed(
-                    Outcome::Error(ErrorKind::FirstByteTimeout),
-                    "requestTimeoutMilliseconds".into(),
-                    first_byte,
-                )
+                Read::End | Read::Failed => {
+                    return failed(
+                        Outcome::Error(ErrorKind::ConnectionError),
+                        "streamEndedBeforeFirstToken".into(),
+                        first_byte,
+                    )
+                }
+                Read::TimedOut => {
+                    return failed(
+                        Outcome::Error(ErrorKind::FirstByteTimeout),
+                        "requestTimeoutMilliseconds".into(),
+                        first_byte,
+                    )
+                }
             }
         }
     }

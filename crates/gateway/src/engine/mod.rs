@@ -7,6 +7,7 @@ pub mod pipe;
 pub mod relay;
 mod translate;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -250,95 +251,103 @@ fn later_hop_usable(hops: &[Hop<'_>], health: &Health, req: &ParsedRequest) -> b
     })
 }
 
-pub async fn walk(input: WalkInput<'_, '_>) -> WalkOutput {
-    let mut out = WalkOutput {
-        attempts: Vec::new(),
-        skipped: Vec::new(),
-        returned: None,
-    };
-    let hops = &input.plan.hops;
-    for (pos, hop) in hops.iter().enumerate() {
-        if Instant::now() >= input.deadline {
-            break; // requestTimeoutMilliseconds: the last response (if any) is returned
-        }
-        let last_remaining = !later_hop_usable(&hops[pos + 1..], input.health, input.request);
-        let mut skips = Vec::new();
-        let chosen = choose(hop, &input, last_remaining, &mut skips);
-        for (i, why) in skips {
-            record_skip(&mut out, &input, hop, &hop.destinations[i], &why);
-        }
-        let Some(Chosen {
-            dest,
-            health,
-            probe,
-            breaker,
-        }) = chosen
-        else {
-            continue;
+/// The chain walk. A plain fn returning an `async` block, like [`attempt::run`] (one copy of
+/// the input in the future, not two).
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an `async fn` would keep its arguments twice in its future"
+)]
+pub fn walk<'a, 'p>(input: WalkInput<'a, 'p>) -> impl Future<Output = WalkOutput> + use<'a, 'p> {
+    async move {
+        let mut out = WalkOutput {
+            attempts: Vec::new(),
+            skipped: Vec::new(),
+            returned: None,
         };
-        let is_last = pos + 1 == hops.len();
-
-        let span_start = input.metrics.traces().start(); // None (and nothing else) when off
-        let in_flight = health.in_flight();
-        let attempt = match attempt_one(dest, hop, &input).await {
-            Ok(a) => a,
-            Err(why) => {
-                drop(probe); // releases a probe slot it may hold: no verdict
-                record_skip(&mut out, &input, hop, dest, &why);
-                continue;
+        let hops = &input.plan.hops;
+        for (pos, hop) in hops.iter().enumerate() {
+            if Instant::now() >= input.deadline {
+                break; // requestTimeoutMilliseconds: the last response (if any) is returned
             }
-        };
-        drop(in_flight);
+            let last_remaining = !later_hop_usable(&hops[pos + 1..], input.health, input.request);
+            let mut skips = Vec::new();
+            let chosen = choose(hop, &input, last_remaining, &mut skips);
+            for (i, why) in skips {
+                record_skip(&mut out, &input, hop, &hop.destinations[i], &why);
+            }
+            let Some(Chosen {
+                dest,
+                health,
+                probe,
+                breaker,
+            }) = chosen
+            else {
+                continue;
+            };
+            let is_last = pos + 1 == hops.len();
 
-        let fired = hop.policy.triggers.fires(&attempt.outcome);
-        let condition = input.health.condition(&dest.target.name);
-        let verdict = verdict(&attempt, fired, condition.as_deref());
-        input
-            .health
-            .record(&health, verdict, probe, attempt.first_byte);
-        health.metrics.attempt(
-            attempt.outcome.label(),
-            attempt.duration,
-            attempt.first_byte,
-        );
-        out.attempts.push(AttemptRecord {
-            hop: hop.index,
-            target: health.target.clone(),
-            model: health.model.clone(),
-            outcome: attempt.outcome.label(),
-            status: attempt.outcome.status(),
-            error_kind: attempt.outcome.error_kind().map(ErrorKind::as_str),
-            detail: attempt.detail,
-            duration_ms: ms(attempt.duration),
-            first_byte_ms: attempt.first_byte.map(ms),
-            breaker,
-        });
-        if let (Some(start), Some(rec)) = (span_start, out.attempts.last()) {
-            // The attempt span ends here: the attempt is classified and recorded.
+            let span_start = input.metrics.traces().start(); // None (and nothing else) when off
+            let in_flight = health.in_flight();
+            let attempt = match attempt_one(dest, hop, &input).await {
+                Ok(a) => a,
+                Err(why) => {
+                    drop(probe); // releases a probe slot it may hold: no verdict
+                    record_skip(&mut out, &input, hop, dest, &why);
+                    continue;
+                }
+            };
+            drop(in_flight);
+
+            let fired = hop.policy.triggers.fires(&attempt.outcome);
+            let condition = input.health.condition(&dest.target.name);
+            let verdict = verdict(&attempt, fired, condition.as_deref());
             input
-                .metrics
-                .traces()
-                .attempt(start, input.request_id, dest.target, rec);
+                .health
+                .record(&health, verdict, probe, attempt.first_byte);
+            health.metrics.attempt(
+                attempt.outcome.label(),
+                attempt.duration,
+                attempt.first_byte,
+            );
+            out.attempts.push(AttemptRecord {
+                hop: hop.index,
+                target: health.target.clone(),
+                model: health.model.clone(),
+                outcome: attempt.outcome.label(),
+                status: attempt.outcome.status(),
+                error_kind: attempt.outcome.error_kind().map(ErrorKind::as_str),
+                detail: attempt.detail,
+                duration_ms: ms(attempt.duration),
+                first_byte_ms: attempt.first_byte.map(ms),
+                breaker,
+            });
+            if let (Some(start), Some(rec)) = (span_start, out.attempts.last()) {
+                // The attempt span ends here: the attempt is classified and recorded.
+                input
+                    .metrics
+                    .traces()
+                    .attempt(start, input.request_id, dest.target, rec);
+            }
+            let upstream = if fired {
+                attempt.response.map(Upstream::into_buffered)
+            } else {
+                attempt.response
+            };
+            out.returned = Some(Returned {
+                hop: hop.index,
+                target: health.target.clone(),
+                model: health.model.clone(),
+                outcome: attempt.outcome,
+                fired,
+                upstream,
+                health,
+            });
+            if !fired || is_last {
+                break;
+            }
         }
-        let upstream = if fired {
-            attempt.response.map(Upstream::into_buffered)
-        } else {
-            attempt.response
-        };
-        out.returned = Some(Returned {
-            hop: hop.index,
-            target: health.target.clone(),
-            model: health.model.clone(),
-            outcome: attempt.outcome,
-            fired,
-            upstream,
-            health,
-        });
-        if !fired || is_last {
-            break;
-        }
+        out
     }
-    out
 }
 
 /// Phase "record health": what the classified outcome means for the destination (SPEC §5.5).
@@ -417,30 +426,30 @@ async fn attempt_one(
     let format = providers::format_for(dest.target.provider, input.request.dialect);
     let body = translate::request_body(format, input.request, &dest.model)
         .map_err(|e| Skip::Ineligible(e.0))?;
-    let request = providers::request(providers::Outbound {
-        target: dest.target,
-        endpoint: input.upstreams.endpoint(dest.target_index),
-        model: &dest.model,
-        format,
-        body,
-        stream: input.request.stream,
-        caller_headers: input.caller_headers,
-    });
-    let request = match request {
-        Ok(r) => r,
-        Err(e) => {
-            return Ok(attempt::Attempt {
-                outcome: Outcome::Error(ErrorKind::Unroutable),
-                detail: Some(e.0),
-                duration: Duration::ZERO,
-                first_byte: None,
-                response: None,
-            })
-        }
-    };
+    // The request is built inside the spec (no local of its own), so the attempt's future does not
+    // keep a second copy of it.
     Ok(attempt::run(attempt::AttemptSpec {
         client: input.upstreams.client(dest.target_index),
-        request,
+        request: match providers::request(providers::Outbound {
+            target: dest.target,
+            endpoint: input.upstreams.endpoint(dest.target_index),
+            model: &dest.model,
+            format,
+            body,
+            stream: input.request.stream,
+            caller_headers: input.caller_headers,
+        }) {
+            Ok(r) => r,
+            Err(e) => {
+                return Ok(attempt::Attempt {
+                    outcome: Outcome::Error(ErrorKind::Unroutable),
+                    detail: Some(e.0),
+                    duration: Duration::ZERO,
+                    first_byte: None,
+                    response: None,
+                })
+            }
+        },
         upstream: format,
         caller: input.request.dialect,
         response_id: input.request_id,

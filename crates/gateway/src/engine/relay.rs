@@ -54,7 +54,7 @@ pub struct RelayBody<F: OnFinish> {
     held: VecDeque<Bytes>,
     rest: Option<Incoming>,
     /// Streams go through a pipe; plain bodies pass as they are.
-    pipe: Option<Pipe>,
+    pipe: Option<Box<Pipe>>,
     /// A chunk a pass-through pipe forwarded before reading it. The caller never waits for the
     /// pipe: what was forwarded is read once the upstream has nothing more for the moment and the
     /// bytes have been handed to the connection (see `behind`), or before the next chunk.
@@ -82,7 +82,7 @@ impl<F: OnFinish> RelayBody<F> {
     pub fn new(
         held: Vec<Bytes>,
         rest: Incoming,
-        pipe: Option<Pipe>,
+        pipe: Option<Box<Pipe>>,
         caller: Dialect,
         deadline: Instant,
         on_finish: F,
@@ -104,7 +104,7 @@ impl<F: OnFinish> RelayBody<F> {
         RelayBody {
             held: held.into(),
             rest: Some(rest),
-            behind: pipe.as_ref().is_some_and(Pipe::passes_through),
+            behind: pipe.as_ref().is_some_and(|p| p.passes_through()),
             pipe,
             unwatched: None,
             yielded: false,

@@ -64,10 +64,17 @@ impl hyper::service::Service<Request<Incoming>> for App {
             if req.method() == Method::POST {
                 if let Some((path, dialect)) = super::dialect_path(req.uri().path()) {
                     let shared = shared.clone();
-                    return Box::pin(async move {
-                        let req = req.map(Body::new);
-                        Ok(super::handle(shared, path.into(), dialect, None, false, req).await)
-                    });
+                    let (parts, body) = req.into_parts();
+                    let handled = super::handle(
+                        shared,
+                        path.into(),
+                        dialect,
+                        None,
+                        false,
+                        parts,
+                        Body::new(body),
+                    );
+                    return Box::pin(async move { Ok(handled.await) });
                 }
             }
         }

@@ -8,6 +8,7 @@ mod tls;
 pub use lifecycle::{start, GatewayHandle, GatewayOptions, ReloadFn};
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -85,7 +86,16 @@ pub fn router(shared: Arc<Shared>) -> Router {
         router = router.route(
             path,
             post(move |State(shared): State<Arc<Shared>>, req: Request| {
-                handle(shared, Cow::Borrowed(path), dialect, None, false, req)
+                let (parts, body) = req.into_parts();
+                handle(
+                    shared,
+                    Cow::Borrowed(path),
+                    dialect,
+                    None,
+                    false,
+                    parts,
+                    body,
+                )
             }),
         );
     }
@@ -196,144 +206,155 @@ async fn bedrock(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         return respond::error_response(dialect, GatewayErrorKind::InvalidRequest, msg, None);
     };
     let path = Cow::Owned(raw.to_owned());
-    handle(shared, path, dialect, Some(model), stream, req).await
+    let (parts, body) = req.into_parts();
+    handle(shared, path, dialect, Some(model), stream, parts, body).await
 }
 
 /// The phases of one request (SPEC §5.1), top to bottom. `path` is the request's path (the
 /// routing log's `requestPath`), a static string for the literal dialect paths.
-async fn handle(
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an `async fn` would keep its arguments twice in its future"
+)]
+fn handle(
     shared: Arc<Shared>,
     path: Cow<'static, str>,
     dialect: Dialect,
     path_model: Option<String>,
     path_stream: bool,
-    req: Request,
-) -> Response {
-    // accept
-    let rt = shared.runtime.load_full();
-    let server = &rt.config.server;
-    let mut ctx = RequestCtx::new(&shared, dialect, path, server);
-    let deadline = ctx.started + server.request_timeout;
+    parts: http::request::Parts,
+    body: Body,
+) -> impl Future<Output = Response> {
+    // A plain fn returning an `async` block: one copy of the arguments in the future, not two
+    // (docs/decisions/0003-hot-path.md, "Small futures").
+    async move {
+        // accept
+        let rt = shared.runtime.load_full();
+        let server = &rt.config.server;
+        let mut ctx = RequestCtx::new(&shared, dialect, path, server);
+        let deadline = ctx.started + server.request_timeout;
 
-    // authenticate
-    let principal: Arc<Principal> = match rt.keys.authenticate(req.headers()) {
-        Ok(p) => p,
-        Err(e) => {
-            let why = if e == AuthError::Missing {
-                "missingKey"
-            } else {
-                "invalidKey"
-            };
-            return ctx.reject(GatewayErrorKind::Unauthenticated, auth_message(e), why);
-        }
-    };
-    ctx.principal = Some(principal.name.clone());
-
-    // admit (size)
-    let limit = server.max_request_bytes;
-    let declared = req
-        .headers()
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return ctx.reject(GatewayErrorKind::TooLarge, &too_large(limit), "tooLarge");
-    }
-    let (parts, body) = req.into_parts();
-    let sticky_header = sticky_header_value(&rt.config, &parts.headers);
-    let body = match http_body_util::Limited::new(body, limit).collect().await {
-        Ok(c) => c.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            return ctx.reject(GatewayErrorKind::TooLarge, &too_large(limit), "tooLarge")
-        }
-        Err(_) => {
-            return ctx.reject(
-                GatewayErrorKind::InvalidRequest,
-                "could not read the request body",
-                "badBody",
-            )
-        }
-    };
-
-    // parse
-    let parsed: ParsedRequest =
-        match dialect.parse_request(body, path_model.as_deref(), path_stream) {
+        // authenticate
+        let principal: Arc<Principal> = match rt.keys.authenticate(&parts.headers) {
             Ok(p) => p,
             Err(e) => {
+                let why = if e == AuthError::Missing {
+                    "missingKey"
+                } else {
+                    "invalidKey"
+                };
+                return ctx.reject(GatewayErrorKind::Unauthenticated, auth_message(e), why);
+            }
+        };
+        ctx.principal = Some(principal.name.clone());
+
+        // admit (size)
+        let limit = server.max_request_bytes;
+        let declared = parts
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        if declared.is_some_and(|n| n > limit) {
+            return ctx.reject(GatewayErrorKind::TooLarge, &too_large(limit), "tooLarge");
+        }
+        let sticky_header = sticky_header_value(&rt.config, &parts.headers);
+        let body = match http_body_util::Limited::new(body, limit).collect().await {
+            Ok(c) => c.to_bytes(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return ctx.reject(GatewayErrorKind::TooLarge, &too_large(limit), "tooLarge")
+            }
+            Err(_) => {
                 return ctx.reject(
                     GatewayErrorKind::InvalidRequest,
-                    &e.to_string(),
-                    "invalidRequest",
+                    "could not read the request body",
+                    "badBody",
                 )
             }
         };
-    ctx.requested_model = Some(parsed.model.clone());
-    ctx.streamed = parsed.stream;
-    if !principal.may_use(&parsed.model) {
-        let msg = format!(
-            "principal `{}` may not use model `{}`",
-            principal.name, parsed.model
-        );
-        return ctx.reject(GatewayErrorKind::PermissionDenied, &msg, "modelNotAllowed");
-    }
 
-    // admit (gateway rate limits): before any route is walked, so a refusal costs no upstream call
-    if let Some(limits) = &principal.limits {
-        let estimate = parsed.features.estimated_prompt_tokens + 256;
-        match shared
-            .limiter
-            .admit(&principal.name, limits, ctx.request_id.as_str(), estimate)
-            .await
-        {
-            Ok(reservation) => ctx.reservation = Some(reservation),
-            Err(limited) => return ctx.rate_limited(limited.retry_after),
-        }
-    }
-
-    // resolve route
-    let input = RouteInput {
-        model: &parsed.model,
-        principal: &principal.name,
-        sticky: sticky_header.as_deref(),
-    };
-    let plan = match routing::resolve(&rt.config, &input, &shared.picker) {
-        Resolved::Plan(plan) => plan,
-        Resolved::Denied(rule) => {
+        // parse
+        let parsed: ParsedRequest =
+            match dialect.parse_request(body, path_model.as_deref(), path_stream) {
+                Ok(p) => p,
+                Err(e) => {
+                    return ctx.reject(
+                        GatewayErrorKind::InvalidRequest,
+                        &e.to_string(),
+                        "invalidRequest",
+                    )
+                }
+            };
+        ctx.requested_model = Some(parsed.model.clone());
+        ctx.streamed = parsed.stream;
+        if !principal.may_use(&parsed.model) {
             let msg = format!(
-                "principal `{}` is not allowed by rule `{}` for model `{}`",
-                principal.name, rule.name, parsed.model
+                "principal `{}` may not use model `{}`",
+                principal.name, parsed.model
             );
-            return ctx.reject(
-                GatewayErrorKind::PermissionDenied,
-                &msg,
-                "principalNotAllowed",
-            );
+            return ctx.reject(GatewayErrorKind::PermissionDenied, &msg, "modelNotAllowed");
         }
-        Resolved::Unroutable => {
-            let msg = format!("no route for model `{}`", parsed.model);
-            return ctx.unroutable(&msg);
+
+        // admit (gateway rate limits): before any route is walked, so a refusal costs no upstream call
+        if let Some(limits) = &principal.limits {
+            let estimate = parsed.features.estimated_prompt_tokens + 256;
+            // Boxed: the store's script call makes this future large, and unboxed it would size every
+            // request's future, limited or not.
+            let admit =
+                shared
+                    .limiter
+                    .admit(&principal.name, limits, ctx.request_id.as_str(), estimate);
+            match Box::pin(admit).await {
+                Ok(reservation) => ctx.reservation = Some(reservation),
+                Err(limited) => return ctx.rate_limited(limited.retry_after),
+            }
         }
-    };
-    ctx.rule_name = plan.rule.map(str::to_owned);
-    ctx.match_type = Some(plan.match_type.as_str());
 
-    // walk the chain
-    let out = engine::walk(WalkInput {
-        plan: &plan,
-        request: &parsed,
-        upstreams: &rt.upstreams,
-        deadline,
-        stream_commit: server.stream_commit,
-        picker: &shared.picker,
-        health: &shared.health,
-        metrics: &shared.metrics,
-        caller_headers: &parts.headers,
-        request_id: ctx.request_id.as_str(),
-    })
-    .await;
+        // resolve route
+        let input = RouteInput {
+            model: &parsed.model,
+            principal: &principal.name,
+            sticky: sticky_header.as_deref(),
+        };
+        let plan = match routing::resolve(&rt.config, &input, &shared.picker) {
+            Resolved::Plan(plan) => plan,
+            Resolved::Denied(rule) => {
+                let msg = format!(
+                    "principal `{}` is not allowed by rule `{}` for model `{}`",
+                    principal.name, rule.name, parsed.model
+                );
+                return ctx.reject(
+                    GatewayErrorKind::PermissionDenied,
+                    &msg,
+                    "principalNotAllowed",
+                );
+            }
+            Resolved::Unroutable => {
+                let msg = format!("no route for model `{}`", parsed.model);
+                return ctx.unroutable(&msg);
+            }
+        };
+        ctx.rule_name = plan.rule.map(str::to_owned);
+        ctx.match_type = Some(plan.match_type.as_str());
 
-    // commit and respond
-    ctx.commit(out, deadline)
+        // walk the chain
+        let out = engine::walk(WalkInput {
+            plan: &plan,
+            request: &parsed,
+            upstreams: &rt.upstreams,
+            deadline,
+            stream_commit: server.stream_commit,
+            picker: &shared.picker,
+            health: &shared.health,
+            metrics: &shared.metrics,
+            caller_headers: &parts.headers,
+            request_id: ctx.request_id.as_str(),
+        })
+        .await;
+
+        // commit and respond
+        ctx.commit(out, deadline)
+    }
 }
 
 fn too_large(limit: usize) -> String {
