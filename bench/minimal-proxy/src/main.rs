@@ -1,13 +1,24 @@
 //! The "physical limit" baseline: accept HTTP/1.1, forward every request unchanged to one upstream
 //! over a pooled keep-alive client (TCP_NODELAY on both sides), stream the answer back. No parsing.
-//! Usage: minimal-proxy LISTEN_ADDR UPSTREAM_ADDR   (e.g. 127.0.0.1:18081 127.0.0.1:18080)
-use hyper::body::Incoming;
+//! Usage: minimal-proxy LISTEN_ADDR UPSTREAM_ADDR [--hold-first-token]
+//!        (e.g. 127.0.0.1:18081 127.0.0.1:18080)
+//!
+//! `--hold-first-token` is the same baseline with a gateway's default commit rule added (SPEC §5.6
+//! `firstToken`): an event stream's head and leading chunks are held until a chunk carries content,
+//! then sent together. Its test for content is a byte search for a non-empty `"content":"…"`, which
+//! is enough for the mock's OpenAI chat streams and for nothing else. It exists to show what that
+//! rule costs by itself, so the gateway's own cost can be read apart from it.
+use bytes::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, Uri};
 use hyper_util::client::legacy::{connect::HttpConnector, Client, Error};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::collections::VecDeque;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 type Upstream = Client<HttpConnector, Incoming>;
@@ -20,11 +31,63 @@ async fn forward(client: Upstream, upstream: Arc<str>, mut req: Request<Incoming
     client.request(req).await
 }
 
+/// The held chunks, then the rest of the upstream body.
+struct Held {
+    held: VecDeque<Bytes>,
+    rest: Incoming,
+}
+
+impl Body for Held {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.held.pop_front() {
+            Some(b) => Poll::Ready(Some(Ok(Frame::data(b)))),
+            None => Pin::new(&mut self.rest).poll_frame(cx),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.held.is_empty() { self.rest.size_hint() } else { SizeHint::default() }
+    }
+}
+
+fn carries_content(chunk: &[u8]) -> bool {
+    const KEY: &[u8] = b"\"content\":\"";
+    chunk.windows(KEY.len() + 1).any(|w| w.starts_with(KEY) && w[KEY.len()] != b'"')
+}
+
+async fn forward_holding(client: Upstream, upstream: Arc<str>, req: Request<Incoming>) -> Result<Response<Held>, Error> {
+    let (parts, mut rest) = forward(client, upstream, req).await?.into_parts();
+    let stream = parts.headers.get(hyper::header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let mut held = VecDeque::new();
+    if stream {
+        let mut size = 0;
+        while size < 64 * 1024 {
+            let Some(Ok(frame)) = http_body_util::BodyExt::frame(&mut rest).await else { break };
+            let Ok(data) = frame.into_data() else { continue };
+            size += data.len();
+            let done = carries_content(&data) || data.windows(6).any(|w| w == b"[DONE]");
+            held.push_back(data);
+            if done {
+                break;
+            }
+        }
+    }
+    Ok(Response::from_parts(parts, Held { held, rest }))
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let (Some(listen), Some(upstream)) = (args.next(), args.next()) else {
-        return Err("usage: minimal-proxy LISTEN UPSTREAM".into());
+        return Err("usage: minimal-proxy LISTEN UPSTREAM [--hold-first-token]".into());
+    };
+    let hold = match args.next().as_deref() {
+        None => false,
+        Some("--hold-first-token") => true,
+        Some(other) => return Err(format!("unknown option {other}").into()),
     };
     let upstream: Arc<str> = upstream.into();
     let mut connector = HttpConnector::new();
@@ -38,9 +101,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (sock, _) = listener.accept().await?;
         sock.set_nodelay(true)?;
         let (client, upstream) = (client.clone(), upstream.clone());
-        tokio::spawn(async move {
-            let svc = service_fn(move |req| forward(client.clone(), upstream.clone(), req));
-            let _ = http1::Builder::new().serve_connection(TokioIo::new(sock), svc).await;
-        });
+        let io = TokioIo::new(sock);
+        if hold {
+            tokio::spawn(async move {
+                let svc = service_fn(move |req| forward_holding(client.clone(), upstream.clone(), req));
+                let _ = http1::Builder::new().serve_connection(io, svc).await;
+            });
+        } else {
+            tokio::spawn(async move {
+                let svc = service_fn(move |req| forward(client.clone(), upstream.clone(), req));
+                let _ = http1::Builder::new().serve_connection(io, svc).await;
+            });
+        }
     }
 }
