@@ -197,6 +197,12 @@ fn translate_error(
     reason = "an `async fn` would keep its arguments twice in its future"
 )]
 pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
+    // The client's response future (16 bytes) is made here, so the attempt's future holds it and
+    // not the request (256 bytes); nothing is sent before the first poll.
+    let AttemptSpec {
+        client, request, ..
+    } = spec;
+    let response = client.request(request);
     async move {
         let started = Instant::now();
         let fbt_deadline = spec.first_byte_timeout.map(|d| started + d);
@@ -219,32 +225,29 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
             response: None,
         };
 
-        let resp =
-            match tokio::time::timeout_at(first_byte_deadline, spec.client.request(spec.request))
-                .await
-            {
-                Err(_) => {
-                    return failed(
-                        Outcome::Error(ErrorKind::FirstByteTimeout),
-                        timeout_detail().into(),
-                        None,
-                    )
-                }
-                Ok(Err(e)) => {
-                    let detail = if e.is_connect() {
-                        "connect"
-                    } else {
-                        "transport"
-                    };
-                    return failed(
-                        Outcome::Error(ErrorKind::ConnectionError),
-                        detail.into(),
-                        None,
-                    );
-                }
-                Ok(Ok(r)) => r,
-            };
-        let (parts, mut body) = resp.into_parts();
+        let resp = match tokio::time::timeout_at(first_byte_deadline, response).await {
+            Err(_) => {
+                return failed(
+                    Outcome::Error(ErrorKind::FirstByteTimeout),
+                    timeout_detail().into(),
+                    None,
+                )
+            }
+            Ok(Err(e)) => {
+                let detail = if e.is_connect() {
+                    "connect"
+                } else {
+                    "transport"
+                };
+                return failed(
+                    Outcome::Error(ErrorKind::ConnectionError),
+                    detail.into(),
+                    None,
+                );
+            }
+            Ok(Ok(r)) => r,
+        };
+        let (mut parts, mut body) = resp.into_parts();
         let status = parts.status.as_u16();
 
         // The first-byte timeout runs until the first body byte, not just the headers.
@@ -303,7 +306,6 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
                     if resp.model.is_empty() {
                         resp.model = spec.model.to_owned();
                     }
-                    let mut parts = parts;
                     set_json(&mut parts);
                     done(
                         Outcome::from_status(status),
@@ -319,7 +321,6 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
                     let r = spec
                         .caller
                         .render_upstream_error(502, "api_error", &message);
-                    let mut parts = parts;
                     parts.status = http::StatusCode::from_u16(r.status)
                         .unwrap_or(http::StatusCode::BAD_GATEWAY);
                     set_json(&mut parts);
@@ -365,7 +366,6 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
             spec.response_id,
             spec.model,
         ));
-        let mut parts = parts;
         if translated {
             let ct = http::HeaderValue::from_static(spec.caller.stream_content_type());
             parts.headers.insert(http::header::CONTENT_TYPE, ct);

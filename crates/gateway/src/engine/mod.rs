@@ -426,11 +426,10 @@ async fn attempt_one(
     let format = providers::format_for(dest.target.provider, input.request.dialect);
     let body = translate::request_body(format, input.request, &dest.model)
         .map_err(|e| Skip::Ineligible(e.0))?;
-    // The request is built inside the spec (no local of its own), so the attempt's future does not
-    // keep a second copy of it.
-    Ok(attempt::run(attempt::AttemptSpec {
-        client: input.upstreams.client(dest.target_index),
-        request: match providers::request(providers::Outbound {
+    // The spec is built in a block that ends before the await: the attempt's future then keeps
+    // the running attempt only, not also the request's build result or the spec.
+    Ok({
+        let request = match providers::request(providers::Outbound {
             target: dest.target,
             endpoint: input.upstreams.endpoint(dest.target_index),
             model: &dest.model,
@@ -449,14 +448,18 @@ async fn attempt_one(
                     response: None,
                 })
             }
-        },
-        upstream: format,
-        caller: input.request.dialect,
-        response_id: input.request_id,
-        model: &dest.model,
-        first_byte_timeout: hop.policy.first_byte_timeout,
-        deadline: input.deadline,
-        stream_commit: input.stream_commit,
-    })
+        };
+        attempt::run(attempt::AttemptSpec {
+            client: input.upstreams.client(dest.target_index),
+            request,
+            upstream: format,
+            caller: input.request.dialect,
+            response_id: input.request_id,
+            model: &dest.model,
+            first_byte_timeout: hop.policy.first_byte_timeout,
+            deadline: input.deadline,
+            stream_commit: input.stream_commit,
+        })
+    }
     .await)
 }
