@@ -374,45 +374,30 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
         let out = pipe.feed_until_decided(first);
         let mut held_len = out.len();
         let mut held = vec![out];
-        if spec.stream_commit == StreamCommit::FirstByte {
-            return done(
-                Outcome::from_status(status),
-                None,
-                Upstream::Live {
+        loop {
+            // firstByte commits here; firstToken holds the preamble until an event decides: content,
+            // the stream's end, an error event (the attempt failed), or the held bytes' bound.
+            let seen = pipe.state();
+            let decided = if spec.stream_commit == StreamCommit::FirstByte {
+                Some((Outcome::from_status(status), None))
+            } else if let Some((code, error_type)) = &seen.error {
+                Some((
+                    Outcome::Status(*code),
+                    Some(format!("streamErrorEvent:{error_type}")),
+                ))
+            } else if seen.seen_content || seen.seen_done || held_len > MAX_HELD_BYTES {
+                Some((Outcome::from_status(status), None))
+            } else {
+                None
+            };
+            if let Some((outcome, detail)) = decided {
+                let response = Upstream::Live {
                     parts,
                     held,
                     rest: body,
                     pipe: Some(pipe),
-                },
-            );
-        }
-        // firstToken: hold the preamble until the first content-bearing event.
-        loop {
-            if let Some((code, error_type)) = pipe.state().error.clone() {
-                let detail = format!("streamErrorEvent:{error_type}");
-                return done(
-                    Outcome::Status(code),
-                    Some(detail),
-                    Upstream::Live {
-                        parts,
-                        held,
-                        rest: body,
-                        pipe: Some(pipe),
-                    },
-                );
-            }
-            let seen = pipe.state();
-            if seen.seen_content || seen.seen_done || held_len > MAX_HELD_BYTES {
-                return done(
-                    Outcome::from_status(status),
-                    None,
-                    Upstream::Live {
-                        parts,
-                        held,
-                        rest: body,
-                        pipe: Some(pipe),
-                    },
-                );
+                };
+                return done(outcome, detail, response);
             }
             match next_data(&mut body, spec.deadline).await {
                 Read::Data(d) => {
