@@ -176,20 +176,8 @@ pub fn resolve<'a>(cfg: &'a Config, input: &RouteInput<'a>, picker: &Picker) -> 
             None => Resolved::Plan(plan),
         };
     }
-    // One pass over the rules finds the rule that routes the request, or else the first that
-    // would have routed the model for another principal.
-    let mut denied = None;
-    let routing_rule = cfg.rules.iter().find(|rule| {
-        if !models_match(rule, input.model) {
-            return false;
-        }
-        let admits = principals_match(rule, input.principal);
-        if !admits {
-            denied.get_or_insert(*rule);
-        }
-        admits
-    });
-    if let Some(rule) = routing_rule {
+    let rules = rule_match(cfg, input.model, input.principal);
+    if let Some(rule) = rules.routes {
         let (hops, breaker_mode, leg) = match &rule.route {
             Route::Static(s) => (static_hops(cfg, s, input.model), s.breaker_mode, None),
             Route::PriorityGroups(groups) => {
@@ -248,7 +236,7 @@ pub fn resolve<'a>(cfg: &'a Config, input: &RouteInput<'a>, picker: &Picker) -> 
             leg,
         });
     }
-    if let Some(rule) = denied {
+    if let Some(rule) = rules.excludes {
         return Resolved::Denied(rule);
     }
     match default_route(cfg, input.model, picker) {
@@ -274,9 +262,33 @@ pub fn find_rule<'a>(
     model: &str,
     principal: &str,
 ) -> Option<&'a sidetrack_config::Rule> {
-    cfg.rules
-        .iter()
-        .find(|rule| models_match(rule, model) && principals_match(rule, principal))
+    rule_match(cfg, model, principal).routes
+}
+
+/// What one pass over the rules (ascending priority) finds for a request.
+struct RuleMatch<'a> {
+    /// The first rule whose conditions all match.
+    routes: Option<&'a sidetrack_config::Rule>,
+    /// The first rule before it (or anywhere, when none routes) that matches the model but
+    /// excludes the principal.
+    excludes: Option<&'a sidetrack_config::Rule>,
+}
+
+fn rule_match<'a>(cfg: &'a Config, model: &str, principal: &str) -> RuleMatch<'a> {
+    let mut excludes = None;
+    for rule in cfg.rules.iter().filter(|rule| models_match(rule, model)) {
+        if principals_match(rule, principal) {
+            return RuleMatch {
+                routes: Some(rule),
+                excludes,
+            };
+        }
+        excludes.get_or_insert(rule);
+    }
+    RuleMatch {
+        routes: None,
+        excludes,
+    }
 }
 
 /// A rule without `matchModels` matches every model.
@@ -322,13 +334,18 @@ pub fn default_route<'a>(cfg: &'a Config, model: &'a str, picker: &Picker) -> Op
             continue;
         }
         let k = (picker.next() % n as u64) as usize;
-        let target = cfg.targets.iter().filter(serves).nth(k)?;
-        let target_index = cfg.targets.iter().position(|t| std::ptr::eq(t, target))?;
+        let (target_index, _) = cfg
+            .targets
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| serves(t))
+            .nth(k)?;
         return Some(single_hop(cfg, MatchType::Default, target_index, model));
     }
     None
 }
 
+/// A one-hop plan with the default triggers and no first-byte timeout (pinned and default routing).
 fn single_hop<'a>(
     cfg: &'a Config,
     match_type: MatchType,

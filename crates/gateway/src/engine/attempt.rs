@@ -294,7 +294,8 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
                 Upstream::Buffered { parts, body },
             );
         }
-        if translated && !is_stream(&parts) {
+        let stream = is_stream(&parts);
+        if translated && !stream {
             // A whole answer in another format: read it, translate it, send it as one body.
             let raw = read_rest(first, &mut body, spec.deadline, MAX_TRANSLATED_BODY).await;
             return match spec.upstream.parse_response(&raw) {
@@ -346,7 +347,7 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
                 },
             );
         };
-        if !is_stream(&parts) {
+        if !stream {
             // A plain body: the first byte commits it; the rest streams through as it arrives.
             return done(
                 Outcome::from_status(status),
