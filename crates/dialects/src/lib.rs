@@ -7,6 +7,7 @@
 pub mod anthropic_messages;
 pub mod bedrock;
 pub mod canonical;
+mod chunk_scan;
 pub mod errors;
 mod json_tail;
 pub mod openai_chat;

@@ -117,46 +117,61 @@ pub fn classify_stream_event_after_content(ev: &SseEvent) -> crate::StreamEvent 
 }
 
 /// [`classify_stream_event`] for a stream that has not carried content yet, as the commit decision
-/// reads it: `Content`, `Done` and `Error` exactly as [`classify_stream_event`] answers them, but
-/// a chunk that provably carries no content (a role preamble, say) is answered `Metadata` without
-/// a parse, so `Preamble` and `Metadata` are not told apart. Only chunks that may carry content
-/// are parsed ([`may_carry_content`]), which takes one JSON parse off time to first token.
+/// reads it: `Done` and `Error` exactly as [`classify_stream_event`] answers them; `Content` and
+/// `Metadata` (`Preamble` is not told apart) from one pass over the chunk's bytes
+/// ([`crate::chunk_scan`]), which falls back to the typed parse wherever that parse could answer
+/// differently. The one difference, documented there: a chunk whose only fault is a malformed
+/// value the pass does not read is answered from the values it does read.
 pub fn classify_stream_event_before_content(ev: &SseEvent) -> crate::StreamEvent {
     if let Some(end) = stream_end(ev) {
         return end;
     }
-    if !may_carry_content(ev.data.as_bytes()) {
-        return crate::StreamEvent::Metadata;
-    }
-    match classify_stream_event(ev) {
-        crate::StreamEvent::Preamble => crate::StreamEvent::Metadata,
-        other => other,
+    match crate::chunk_scan::scan(ev.data.as_bytes()) {
+        crate::chunk_scan::Scan::Content => crate::StreamEvent::Content,
+        crate::chunk_scan::Scan::NoContent => crate::StreamEvent::Metadata,
+        crate::chunk_scan::Scan::Unsure => match classify_stream_event(ev) {
+            crate::StreamEvent::Preamble => crate::StreamEvent::Metadata,
+            other => other,
+        },
     }
 }
 
-/// Searchers for the keys whose values make a chunk content ([`classify_stream_event`]).
-static CONTENT_KEYS: LazyLock<[(Finder<'static>, bool); 4]> = LazyLock::new(|| {
-    [
-        (Finder::new(b"\"content\""), true),
-        (Finder::new(b"\"refusal\""), true),
-        (Finder::new(b"\"finish_reason\""), false),
-        (Finder::new(b"\"tool_calls\""), false),
-    ]
-});
-
-/// `false` only when the chunk cannot be content by [`classify_stream_event`]'s rules: no key is
-/// spelled with a `\u` escape (the only way to spell a letter of a key differently), and every
-/// plain `"content"`, `"refusal"`, `"finish_reason"` and `"tool_calls"` followed by `:` has the
-/// value `null` (or `""` for the two text fields). Anything else — another value, or bytes that
-/// merely look like such a key — answers `true`: parse to know.
-fn may_carry_content(data: &[u8]) -> bool {
-    if memchr::memchr_iter(b'\\', data).any(|i| data.get(i + 1) == Some(&b'u')) {
-        return true;
+/// The commit decision for one chunk of a pass-through stream, read in place (no SSE decoding, no
+/// usage): the first event that decides it (`Content`, `Done`), or `Metadata` when none does, as
+/// [`classify_stream_event_before_content`] would answer event by event. `None` when the chunk
+/// must go through the SSE decoder and the full classification: it is not a run of whole
+/// single-line events (`data: …` or comments, each ended by a blank line, no `\r`), or the
+/// one-pass read is unsure of an event ([`crate::chunk_scan`]; error events always are).
+///
+/// This is what the gateway runs between an upstream's first chunk and the caller's first token,
+/// so it touches as little code as it can (docs/decisions/0003-hot-path.md, "Fourth pass").
+pub fn classify_chunk_before_content(chunk: &[u8]) -> Option<crate::StreamEvent> {
+    if memchr::memchr(b'\r', chunk).is_some() {
+        return None;
     }
-    CONTENT_KEYS.iter().any(|(key, text)| {
-        member_values(data, key)
-            .any(|value| !(value.starts_with(b"null") || (*text && value.starts_with(b"\"\""))))
-    })
+    let mut rest = chunk;
+    while !rest.is_empty() {
+        let end = memchr::memchr(b'\n', rest)?;
+        let line = &rest[..end];
+        if line.is_empty() || rest.get(end + 1) != Some(&b'\n') {
+            return None;
+        }
+        rest = &rest[end + 2..];
+        if line[0] == b':' {
+            continue; // a comment (keep-alive)
+        }
+        let value = line.strip_prefix(b"data:")?;
+        let value = value.strip_prefix(b" ").unwrap_or(value);
+        if value.trim_ascii_start().starts_with(b"[DONE]") {
+            return Some(crate::StreamEvent::Done);
+        }
+        match crate::chunk_scan::scan(value) {
+            crate::chunk_scan::Scan::Content => return Some(crate::StreamEvent::Content),
+            crate::chunk_scan::Scan::NoContent => {}
+            crate::chunk_scan::Scan::Unsure => return None,
+        }
+    }
+    Some(crate::StreamEvent::Metadata)
 }
 
 /// What follows each plain occurrence of the searcher's quoted key that is followed by `:` (so
@@ -1653,11 +1668,41 @@ mod tests {
                 _ => assert_eq!(before, full, "{ev:?}"),
             }
         }
-        let preamble = ev(r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#);
-        assert!(
-            !may_carry_content(preamble.data.as_bytes()),
+        let preamble = r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#;
+        assert_eq!(
+            crate::chunk_scan::scan(preamble.as_bytes()),
+            crate::chunk_scan::Scan::NoContent,
             "a preamble is not parsed"
         );
+    }
+
+    #[test]
+    fn a_chunk_of_whole_events_is_decided_in_place() {
+        let role = r#"data: {"choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"finish_reason":null}]}"#;
+        let text = r#"data: {"choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"#;
+        let err = r#"data: {"error":{"message":"Overloaded","type":"overloaded_error"}}"#;
+        let decide = |events: &[&str]| {
+            let chunk: String = events.iter().map(|e| format!("{e}\n\n")).collect();
+            classify_chunk_before_content(chunk.as_bytes())
+        };
+        assert_eq!(decide(&[role]), Some(crate::StreamEvent::Metadata));
+        assert_eq!(decide(&[": keep-alive", role]), Some(crate::StreamEvent::Metadata));
+        assert_eq!(decide(&[role, text]), Some(crate::StreamEvent::Content));
+        assert_eq!(decide(&[role, "data: [DONE]"]), Some(crate::StreamEvent::Done));
+        // The first deciding event wins; an error event before it is not read here.
+        assert_eq!(decide(&[text, err]), Some(crate::StreamEvent::Content));
+        assert_eq!(decide(&[err, text]), None);
+        // Only whole single-line events, no carriage returns.
+        for chunk in [
+            format!("{role}\n"),
+            format!("{role}\r\n\r\n"),
+            format!("event: error\n{err}\n\n"),
+            format!("{role}\ndata: x\n\n"),
+            format!("{role}\n\n{text}"),
+            format!("id: 1\n\n{text}\n\n"),
+        ] {
+            assert_eq!(classify_chunk_before_content(chunk.as_bytes()), None, "{chunk}");
+        }
     }
 
     /// `stream_event_usage` as it was before the `json_tail` shortcut.

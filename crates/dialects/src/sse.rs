@@ -36,6 +36,11 @@ impl SseDecoder {
         self.buf.len()
     }
 
+    /// Nothing of an event is pending: the next byte pushed starts one.
+    pub fn at_event_start(&self) -> bool {
+        self.buf.is_empty() && !self.has_fields
+    }
+
     /// The next complete event, if one has fully arrived. Lines are found with `memchr` and read in
     /// place; the consumed bytes are dropped from the buffer once, not line by line (this runs on
     /// every event of every stream the gateway relays).

@@ -12,7 +12,9 @@ use bytes::Bytes;
 use serde_json::Value;
 use sidetrack_dialects::canonical::{StopReason, StreamEvent};
 use sidetrack_dialects::sse::{SseDecoder, SseEvent};
-use sidetrack_dialects::{anthropic_messages, openai_chat, openai_responses, Dialect, Usage};
+use sidetrack_dialects::{
+    anthropic_messages, openai_chat, openai_responses, Dialect, StreamEvent as Meaning, Usage,
+};
 
 /// splitmix64: small, fast, and deterministic, so a failure reproduces from its iteration number.
 struct SplitMix(u64);
@@ -481,14 +483,64 @@ fn random_and_mutated_streams_never_panic_the_sse_decoder_or_classifiers() {
         whole.push(&data);
         let want: Vec<_> = std::iter::from_fn(|| whole.next_event()).collect();
         assert_eq!(got, want, "iteration {i}: events depend on the split");
+        for chunk in std::iter::once(&data[..]).chain(random_pieces(rng, &data)) {
+            chunk_decision_agrees(chunk, i);
+        }
         assert_eq!(split.buffered_len(), whole.buffered_len());
         for ev in &got {
-            let _ = openai_chat::classify_stream_event(ev);
+            let full = openai_chat::classify_stream_event(ev);
+            let before = openai_chat::classify_stream_event_before_content(ev);
+            match &full {
+                // The pre-commit pass answers from the values it reads: on valid JSON exactly as
+                // the typed parse (a preamble is `Metadata` there); a malformed value it skips may
+                // leave a token counted (see chunk_scan).
+                Meaning::Preamble | Meaning::Metadata
+                    if serde_json::from_str::<Value>(&ev.data).is_err() =>
+                {
+                    assert!(
+                        matches!(before, Meaning::Metadata | Meaning::Content),
+                        "iteration {i}: {ev:?}"
+                    )
+                }
+                Meaning::Preamble | Meaning::Metadata => {
+                    assert_eq!(before, Meaning::Metadata, "iteration {i}: {ev:?}")
+                }
+                _ => assert_eq!(before, full, "iteration {i}: {ev:?}"),
+            }
             let _ = openai_chat::stream_event_usage(ev);
             let _ = openai_responses::classify_stream_event(ev);
             let _ = anthropic_messages::classify_stream_event(ev);
         }
     });
+}
+
+/// `openai_chat::classify_chunk_before_content` (the in-place pre-commit read of a chunk) answers,
+/// when it answers, what decoding the chunk and classifying its events in order answers: the first
+/// deciding event's meaning, else `Metadata`. The one allowed difference (see chunk_scan): a token
+/// counted in a chunk with an event that is not valid JSON.
+fn chunk_decision_agrees(chunk: &[u8], i: usize) {
+    let Some(fast) = openai_chat::classify_chunk_before_content(chunk) else {
+        return;
+    };
+    let mut decoder = SseDecoder::new();
+    decoder.push(chunk);
+    let mut malformed = false;
+    let mut want = Meaning::Metadata;
+    while let Some(ev) = decoder.next_event() {
+        malformed |= ev.data.trim() != "[DONE]" && serde_json::from_str::<Value>(&ev.data).is_err();
+        match openai_chat::classify_stream_event(&ev) {
+            Meaning::Preamble | Meaning::Metadata => {}
+            decided => {
+                want = decided;
+                break;
+            }
+        }
+    }
+    assert!(
+        fast == want || (fast == Meaning::Content && malformed),
+        "iteration {i}: {fast:?} vs {want:?} for {:?}",
+        String::from_utf8_lossy(chunk)
+    );
 }
 
 /// Found by this file: usage counts near u64::MAX (a provider can send any u64) overflowed

@@ -2,6 +2,8 @@
 //! commit decision, and turned into exactly one [`Outcome`].
 
 use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -11,7 +13,7 @@ use hyper::body::Incoming;
 use sidetrack_config::StreamCommit;
 use sidetrack_dialects::Dialect;
 use sidetrack_resilience::{ErrorKind, Outcome};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use super::pipe::Pipe;
 use crate::providers::HttpClient;
@@ -59,7 +61,27 @@ pub enum Upstream {
         rest: Incoming,
         /// Boxed: it is large, and an `Upstream` is moved several times on its way to the caller.
         pipe: Option<Box<Pipe>>,
+        /// The attempt's timer, set to the request deadline: the relay bounds the rest with it.
+        deadline: Timer,
     },
+}
+
+/// One timer per attempt: first set to the first-byte deadline, then to the request deadline, and
+/// handed to the relay with a live answer. Each new timer is one more registration with the
+/// runtime's timer wheel (and one removal); a timeout around every read made three or more per
+/// streamed request (docs/decisions/0003-hot-path.md, "Fourth pass").
+pub type Timer = Pin<Box<Sleep>>;
+
+/// `fut`'s output, or `None` when `timer` fires first.
+async fn within<F: Future>(timer: &mut Timer, fut: F) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(v) = fut.as_mut().poll(cx) {
+            return Poll::Ready(Some(v));
+        }
+        timer.as_mut().poll(cx).map(|()| None)
+    })
+    .await
 }
 
 impl Upstream {
@@ -102,14 +124,14 @@ enum Read {
     TimedOut,
 }
 
-/// Next data frame (trailers skipped), bounded by `until`.
-async fn next_data(body: &mut Incoming, until: Instant) -> Read {
+/// Next data frame (trailers skipped), bounded by `timer`.
+async fn next_data(body: &mut Incoming, timer: &mut Timer) -> Read {
     loop {
-        match tokio::time::timeout_at(until, body.frame()).await {
-            Err(_) => return Read::TimedOut,
-            Ok(None) => return Read::End,
-            Ok(Some(Err(_))) => return Read::Failed,
-            Ok(Some(Ok(frame))) => {
+        match within(timer, body.frame()).await {
+            None => return Read::TimedOut,
+            Some(None) => return Read::End,
+            Some(Some(Err(_))) => return Read::Failed,
+            Some(Some(Ok(frame))) => {
                 if let Ok(data) = frame.into_data() {
                     if !data.is_empty() {
                         return Read::Data(data);
@@ -132,17 +154,17 @@ fn is_stream(parts: &Parts) -> bool {
         })
 }
 
-/// The first chunk and the rest of a body, up to `cap` bytes (bounded by `deadline`).
+/// The first chunk and the rest of a body, up to `cap` bytes (bounded by `timer`).
 async fn read_rest(
     first: Option<Bytes>,
     body: &mut Incoming,
-    deadline: Instant,
+    timer: &mut Timer,
     cap: usize,
 ) -> Bytes {
     let mut held: Vec<Bytes> = first.into_iter().collect();
     let mut size: usize = held.iter().map(Bytes::len).sum();
     while size < cap {
-        match next_data(body, deadline).await {
+        match next_data(body, timer).await {
             Read::Data(d) => {
                 size += d.len();
                 held.push(d);
@@ -225,15 +247,16 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
             response: None,
         };
 
-        let resp = match tokio::time::timeout_at(first_byte_deadline, response).await {
-            Err(_) => {
+        let mut timer: Timer = Box::pin(tokio::time::sleep_until(first_byte_deadline));
+        let resp = match within(&mut timer, response).await {
+            None => {
                 return failed(
                     Outcome::Error(ErrorKind::FirstByteTimeout),
                     timeout_detail().into(),
                     None,
                 )
             }
-            Ok(Err(e)) => {
+            Some(Err(e)) => {
                 let detail = if e.is_connect() {
                     "connect"
                 } else {
@@ -245,13 +268,13 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
                     None,
                 );
             }
-            Ok(Ok(r)) => r,
+            Some(Ok(r)) => r,
         };
         let (mut parts, mut body) = resp.into_parts();
         let status = parts.status.as_u16();
 
         // The first-byte timeout runs until the first body byte, not just the headers.
-        let first = match next_data(&mut body, first_byte_deadline).await {
+        let first = match next_data(&mut body, &mut timer).await {
             Read::TimedOut => {
                 return failed(
                     Outcome::Error(ErrorKind::FirstByteTimeout),
@@ -270,6 +293,10 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
             Read::Data(d) => Some(d),
         };
         let first_byte = Some(started.elapsed());
+        // From the first byte on, the request deadline bounds the attempt.
+        if first_byte_deadline != spec.deadline {
+            timer.as_mut().reset(spec.deadline);
+        }
         let done = |outcome: Outcome, detail: Option<String>, response: Upstream| Attempt {
             outcome,
             detail,
@@ -282,7 +309,7 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
         if status >= 400 {
             // Read the whole (small) error body: if this hop triggers and is the last one used, the
             // caller gets exactly this response (translated into its dialect when formats differ).
-            let body = read_rest(first, &mut body, spec.deadline, MAX_ERROR_BODY).await;
+            let body = read_rest(first, &mut body, &mut timer, MAX_ERROR_BODY).await;
             let (parts, body) = if translated {
                 translate_error(parts, &body, spec.upstream, spec.caller)
             } else {
@@ -297,7 +324,7 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
         let stream = is_stream(&parts);
         if translated && !stream {
             // A whole answer in another format: read it, translate it, send it as one body.
-            let raw = read_rest(first, &mut body, spec.deadline, MAX_TRANSLATED_BODY).await;
+            let raw = read_rest(first, &mut body, &mut timer, MAX_TRANSLATED_BODY).await;
             return match spec.upstream.parse_response(&raw) {
                 Ok(mut resp) => {
                     // Converse answers carry neither id nor model: name them as the stream encoders do.
@@ -357,6 +384,7 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
                     held: vec![first],
                     rest: body,
                     pipe: None,
+                    deadline: timer,
                 },
             );
         }
@@ -397,10 +425,11 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
                     held,
                     rest: body,
                     pipe: Some(pipe),
+                    deadline: timer,
                 };
                 return done(outcome, detail, response);
             }
-            match next_data(&mut body, spec.deadline).await {
+            match next_data(&mut body, &mut timer).await {
                 Read::Data(d) => {
                     let out = pipe.feed_until_decided(d);
                     held_len += out.len();

@@ -31,6 +31,9 @@ pub struct Pipe {
     caller: Dialect,
     way: Way,
     state: StreamState,
+    /// A chat pass-through decoder holds only whole events, so the next chunk starts an event
+    /// and can be classified in place ([`Pipe::feed_until_decided`]).
+    at_event_start: bool,
 }
 
 enum Way {
@@ -61,6 +64,7 @@ impl Pipe {
             caller,
             way,
             state: StreamState::default(),
+            at_event_start: true,
         }
     }
 
@@ -90,15 +94,30 @@ impl Pipe {
         }
     }
 
-    /// Before the commit: like [`Pipe::feed`], but a pass-through chat stream stops reading at the
-    /// first event that decides the commit (content, end or error), so a chunk carrying many events
-    /// is not read whole before the first token goes out. The rest waits in the decoder for the
-    /// next [`Pipe::watch`] or [`Pipe::catch_up`]. The whole chunk is returned either way.
+    /// Before the commit: like [`Pipe::feed`], but a pass-through chat stream only learns what
+    /// decides the commit (content, end or error), so little runs between the upstream's chunk and
+    /// the caller's first token. A chunk of whole single-line events is decided in place
+    /// ([`openai_chat::classify_chunk_before_content`]) and left in the decoder unread; anything
+    /// else is read through the decoder up to the first deciding event. What is left waits for
+    /// the next [`Pipe::watch`] or [`Pipe::catch_up`] (usage, a later error event), which run after
+    /// the bytes went out. The whole chunk is returned either way.
     pub fn feed_until_decided(&mut self, chunk: Bytes) -> Bytes {
         match &mut self.way {
             Way::ChatPassthrough(decoder) => {
                 decoder.push(&chunk);
-                read_chat(decoder, &mut self.state, true);
+                let in_place = if self.at_event_start {
+                    openai_chat::classify_chunk_before_content(&chunk)
+                } else {
+                    None
+                };
+                match in_place {
+                    Some(meaning) => classified(&mut self.state, meaning),
+                    None => {
+                        // Events already decided in place are read again here; they decide nothing.
+                        read_chat(decoder, &mut self.state, true);
+                        self.at_event_start = decoder.at_event_start();
+                    }
+                }
                 chunk
             }
             _ => self.feed(chunk),

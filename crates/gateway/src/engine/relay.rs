@@ -84,7 +84,7 @@ impl<F: OnFinish> RelayBody<F> {
         rest: Incoming,
         pipe: Option<Box<Pipe>>,
         caller: Dialect,
-        deadline: Instant,
+        deadline: super::attempt::Timer,
         on_finish: F,
     ) -> RelayBody<F> {
         let mut end = RelayEnd::default();
@@ -109,7 +109,7 @@ impl<F: OnFinish> RelayBody<F> {
             unwatched: None,
             yielded: false,
             caller,
-            deadline: Box::pin(tokio::time::sleep_until(deadline)),
+            deadline,
             frames: 0,
             timer_waker: None,
             trailer: None,

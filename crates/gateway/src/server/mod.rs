@@ -353,7 +353,7 @@ fn handle(
         .await;
 
         // commit and respond
-        ctx.commit(out, deadline)
+        ctx.commit(out)
     }
 }
 

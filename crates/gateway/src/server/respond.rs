@@ -187,7 +187,7 @@ impl RequestCtx {
     }
 
     /// Turns the walk's result into the caller's response (the commit point).
-    pub fn commit(mut self, out: WalkOutput, deadline: Instant) -> Response {
+    pub fn commit(mut self, out: WalkOutput) -> Response {
         let attempts = out.attempts.len();
         let Some(returned) = out.returned else {
             let msg =
@@ -260,7 +260,11 @@ impl RequestCtx {
                 held,
                 rest,
                 pipe,
-            }) => (answer(parts, Body::empty()), Some((held, rest, pipe))),
+                deadline,
+            }) => (
+                answer(parts, Body::empty()),
+                Some((held, rest, pipe, deadline)),
+            ),
         };
         let status = resp.status().as_u16();
 
@@ -311,7 +315,7 @@ impl RequestCtx {
                 self.finish(rec, Some(&health));
                 resp
             }
-            Some((held, rest, pipe)) => {
+            Some((held, rest, pipe, deadline)) => {
                 let finish = Finish {
                     shared: self.shared.clone(),
                     started: self.started,
