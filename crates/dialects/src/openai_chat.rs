@@ -1679,16 +1679,23 @@ mod tests {
     #[test]
     fn a_chunk_of_whole_events_is_decided_in_place() {
         let role = r#"data: {"choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"finish_reason":null}]}"#;
-        let text = r#"data: {"choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"#;
+        let text =
+            r#"data: {"choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"#;
         let err = r#"data: {"error":{"message":"Overloaded","type":"overloaded_error"}}"#;
         let decide = |events: &[&str]| {
             let chunk: String = events.iter().map(|e| format!("{e}\n\n")).collect();
             classify_chunk_before_content(chunk.as_bytes())
         };
         assert_eq!(decide(&[role]), Some(crate::StreamEvent::Metadata));
-        assert_eq!(decide(&[": keep-alive", role]), Some(crate::StreamEvent::Metadata));
+        assert_eq!(
+            decide(&[": keep-alive", role]),
+            Some(crate::StreamEvent::Metadata)
+        );
         assert_eq!(decide(&[role, text]), Some(crate::StreamEvent::Content));
-        assert_eq!(decide(&[role, "data: [DONE]"]), Some(crate::StreamEvent::Done));
+        assert_eq!(
+            decide(&[role, "data: [DONE]"]),
+            Some(crate::StreamEvent::Done)
+        );
         // The first deciding event wins; an error event before it is not read here.
         assert_eq!(decide(&[text, err]), Some(crate::StreamEvent::Content));
         assert_eq!(decide(&[err, text]), None);
@@ -1701,7 +1708,11 @@ mod tests {
             format!("{role}\n\n{text}"),
             format!("id: 1\n\n{text}\n\n"),
         ] {
-            assert_eq!(classify_chunk_before_content(chunk.as_bytes()), None, "{chunk}");
+            assert_eq!(
+                classify_chunk_before_content(chunk.as_bytes()),
+                None,
+                "{chunk}"
+            );
         }
     }
 

@@ -14,6 +14,7 @@ use sidetrack_dialects::canonical::StreamEvent as Event;
 use sidetrack_dialects::sse::SseDecoder;
 use sidetrack_dialects::translate::{Decode, Encode};
 use sidetrack_dialects::{openai_chat, Dialect, StreamEvent, Usage};
+use smallvec::SmallVec;
 
 /// What a stream has said so far.
 #[derive(Debug, Default, Clone)]
@@ -34,6 +35,9 @@ pub struct Pipe {
     /// A chat pass-through decoder holds only whole events, so the next chunk starts an event
     /// and can be classified in place ([`Pipe::feed_until_decided`]).
     at_event_start: bool,
+    /// Chunks classified in place before the commit and not yet given to the decoder: they are
+    /// pushed into it (a copy) when it is next read, after the first bytes went out.
+    unread: SmallVec<[Bytes; 2]>,
 }
 
 enum Way {
@@ -65,6 +69,7 @@ impl Pipe {
             way,
             state: StreamState::default(),
             at_event_start: true,
+            unread: SmallVec::new(),
         }
     }
 
@@ -82,6 +87,7 @@ impl Pipe {
     pub fn watch(&mut self, chunk: &[u8]) {
         match &mut self.way {
             Way::ChatPassthrough(decoder) => {
+                push_unread(decoder, &mut self.unread);
                 decoder.push(chunk);
                 read_chat(decoder, &mut self.state, false);
             }
@@ -104,16 +110,20 @@ impl Pipe {
     pub fn feed_until_decided(&mut self, chunk: Bytes) -> Bytes {
         match &mut self.way {
             Way::ChatPassthrough(decoder) => {
-                decoder.push(&chunk);
                 let in_place = if self.at_event_start {
                     openai_chat::classify_chunk_before_content(&chunk)
                 } else {
                     None
                 };
                 match in_place {
-                    Some(meaning) => classified(&mut self.state, meaning),
+                    Some(meaning) => {
+                        classified(&mut self.state, meaning);
+                        self.unread.push(chunk.clone());
+                    }
                     None => {
                         // Events already decided in place are read again here; they decide nothing.
+                        push_unread(decoder, &mut self.unread);
+                        decoder.push(&chunk);
                         read_chat(decoder, &mut self.state, true);
                         self.at_event_start = decoder.at_event_start();
                     }
@@ -127,6 +137,7 @@ impl Pipe {
     /// Reads whatever [`Pipe::feed_until_decided`] left in the decoder.
     pub fn catch_up(&mut self) {
         if let Way::ChatPassthrough(decoder) = &mut self.way {
+            push_unread(decoder, &mut self.unread);
             read_chat(decoder, &mut self.state, false);
         }
     }
@@ -165,6 +176,12 @@ impl Pipe {
             })),
             _ => Some(self.caller.render_stream_error(message)),
         }
+    }
+}
+
+fn push_unread(decoder: &mut SseDecoder, unread: &mut SmallVec<[Bytes; 2]>) {
+    for chunk in unread.drain(..) {
+        decoder.push(&chunk);
     }
 }
 
