@@ -74,7 +74,10 @@ impl hyper::service::Service<Request<Incoming>> for App {
                         parts,
                         Body::new(body),
                     );
-                    return Box::pin(async move { Ok(handled.await) });
+                    // `map`, not `async move { Ok(handled.await) }`: an async block keeps the future
+                    // it awaits twice (as captured and as awaited), which doubled this per-request box
+                    // to 3.9 KiB (docs/decisions/0003-hot-path.md, "Fourth pass").
+                    return Box::pin(futures_util::FutureExt::map(handled, Ok));
                 }
             }
         }
