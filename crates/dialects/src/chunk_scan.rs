@@ -145,11 +145,27 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// `close` next (consumed): true; anything else: false (not consumed).
+    fn closes(&mut self, close: u8) -> Option<bool> {
+        let closed = self.peek()? == close;
+        self.i += usize::from(closed);
+        Some(closed)
+    }
+
+    /// After a member or an element: `,` (consumed, more follow) or `close` (consumed: the
+    /// container ended, `true`).
+    fn ended(&mut self, close: u8) -> Option<bool> {
+        if self.closes(close)? {
+            return Some(true);
+        }
+        self.eat(b',')?;
+        Some(false)
+    }
+
     /// An object, `{` next: `member` reads each value after its key (plain keys only).
     fn object(&mut self, mut member: impl FnMut(&mut Self, &'a [u8]) -> Option<()>) -> Option<()> {
         self.eat(b'{')?;
-        if self.peek()? == b'}' {
-            self.i += 1;
+        if self.closes(b'}')? {
             return Some(());
         }
         loop {
@@ -163,13 +179,8 @@ impl<'a> Cursor<'a> {
             self.eat(b':')?;
             let b = self.b;
             member(self, &b[start..start + len])?;
-            match self.peek()? {
-                b',' => self.i += 1,
-                b'}' => {
-                    self.i += 1;
-                    return Some(());
-                }
-                _ => return None,
+            if self.ended(b'}')? {
+                return Some(());
             }
         }
     }
@@ -177,19 +188,13 @@ impl<'a> Cursor<'a> {
     /// An array, `[` next: `element` reads each element.
     fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
         self.eat(b'[')?;
-        if self.peek()? == b']' {
-            self.i += 1;
+        if self.closes(b']')? {
             return Some(());
         }
         loop {
             element(self)?;
-            match self.peek()? {
-                b',' => self.i += 1,
-                b']' => {
-                    self.i += 1;
-                    return Some(());
-                }
-                _ => return None,
+            if self.ended(b']')? {
+                return Some(());
             }
         }
     }

@@ -103,10 +103,10 @@ impl Pipe {
     /// Before the commit: like [`Pipe::feed`], but a pass-through chat stream only learns what
     /// decides the commit (content, end or error), so little runs between the upstream's chunk and
     /// the caller's first token. A chunk of whole single-line events is decided in place
-    /// ([`openai_chat::classify_chunk_before_content`]) and left in the decoder unread; anything
-    /// else is read through the decoder up to the first deciding event. What is left waits for
-    /// the next [`Pipe::watch`] or [`Pipe::catch_up`] (usage, a later error event), which run after
-    /// the bytes went out. The whole chunk is returned either way.
+    /// ([`openai_chat::classify_chunk_before_content`]) and kept unread, outside the decoder;
+    /// anything else is read through the decoder up to the first deciding event. What is left is
+    /// read by the next [`Pipe::watch`] or [`Pipe::catch_up`] (usage, a later error event), which
+    /// run after the bytes went out. The whole chunk is returned either way.
     pub fn feed_until_decided(&mut self, chunk: Bytes) -> Bytes {
         match &mut self.way {
             Way::ChatPassthrough(decoder) => {

@@ -365,27 +365,33 @@ enum BodyError {
 /// The caller's whole body, at most `limit` bytes. A body that arrives in one frame (the usual
 /// case: a chat request fits one read) is that frame, neither copied nor collected in a list.
 async fn read_body(mut body: Body, limit: usize) -> Result<bytes::Bytes, BodyError> {
-    let mut whole = bytes::BytesMut::new();
+    let mut len = 0;
     let mut first: Option<bytes::Bytes> = None;
+    // The first frame and every later one, copied together once a second frame comes.
+    let mut joined = bytes::BytesMut::new();
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame.map_err(|_| BodyError::Failed)?.into_data() else {
             continue; // trailers
         };
-        let len = first.as_ref().map_or(0, bytes::Bytes::len) + whole.len() + data.len();
+        len += data.len();
         if len > limit {
             return Err(BodyError::TooLarge);
         }
-        match first.take() {
-            None if whole.is_empty() => first = Some(data),
-            held => {
-                if let Some(held) = held {
-                    whole.extend_from_slice(&held);
+        match &first {
+            None => first = Some(data),
+            Some(f) => {
+                if joined.is_empty() {
+                    joined.extend_from_slice(f);
                 }
-                whole.extend_from_slice(&data);
+                joined.extend_from_slice(&data);
             }
         }
     }
-    Ok(first.unwrap_or_else(|| whole.freeze()))
+    Ok(if joined.is_empty() {
+        first.unwrap_or_default()
+    } else {
+        joined.freeze()
+    })
 }
 
 fn too_large(limit: usize) -> String {
