@@ -69,6 +69,36 @@ pub struct Server {
     pub stream_commit: StreamCommit,        // default FirstToken
     pub watch_config: bool,                 // default false
     pub admin_token: Option<Secret>,
+    /// Bounds (SPEC §14). The request head must arrive within this (default 10 s).
+    pub header_read_timeout: Duration,
+    /// The whole caller body must arrive within this, not just each gap (default 30 s).
+    pub body_read_timeout: Duration,
+    /// A keep-alive connection with no request in flight is closed after this (default 60 s).
+    pub idle_timeout: Duration,
+    /// Open connections per listener; past it new ones wait in the kernel's backlog (default 10000).
+    pub max_connections: usize,
+    /// An upstream stream event or line larger than this is a protocol failure (default 8 MiB).
+    pub max_stream_event_bytes: usize,
+    /// A non-stream upstream body that must be buffered larger than this is a protocol failure
+    /// (default 32 MiB).
+    pub max_response_bytes: usize,
+    /// Destinations (and metric series) made for models that reach a target through its globs
+    /// (default 1000); past it idle ones are evicted and the metric model label is `_other`.
+    pub max_dynamic_destinations: usize,
+    /// Browser origins allowed on the data plane (CORS answered for them); any other request
+    /// carrying `Origin` gets 403. `*` allows every origin.
+    pub allowed_origins: Vec<String>,
+    /// `target/model` pins a target (default true); off, such a name is an ordinary model name.
+    pub allow_pinning: bool,
+}
+
+impl Server {
+    /// Is a browser request from `origin` allowed on the data plane?
+    pub fn origin_allowed(&self, origin: &str) -> bool {
+        self.allowed_origins
+            .iter()
+            .any(|o| o == "*" || o.eq_ignore_ascii_case(origin))
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -36,6 +36,15 @@ pub(crate) struct RawServer {
     pub stream_commit: Option<String>,
     pub watch_config: Option<bool>,
     pub admin_token: Option<String>,
+    pub header_read_timeout_milliseconds: Option<i64>,
+    pub body_read_timeout_milliseconds: Option<i64>,
+    pub idle_timeout_milliseconds: Option<i64>,
+    pub max_connections: Option<i64>,
+    pub max_stream_event_bytes: Option<i64>,
+    pub max_response_bytes: Option<i64>,
+    pub max_dynamic_destinations: Option<i64>,
+    pub allowed_origins: Option<Vec<String>>,
+    pub allow_pinning: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -66,6 +66,15 @@ fn server(s: &Server) -> Value {
         },
         "watchConfig": s.watch_config,
         "adminToken": s.admin_token.as_ref().map(|_| REDACTED),
+        "headerReadTimeoutMilliseconds": millis(s.header_read_timeout),
+        "bodyReadTimeoutMilliseconds": millis(s.body_read_timeout),
+        "idleTimeoutMilliseconds": millis(s.idle_timeout),
+        "maxConnections": s.max_connections,
+        "maxStreamEventBytes": s.max_stream_event_bytes,
+        "maxResponseBytes": s.max_response_bytes,
+        "maxDynamicDestinations": s.max_dynamic_destinations,
+        "allowedOrigins": s.allowed_origins,
+        "allowPinning": s.allow_pinning,
     })
 }
 

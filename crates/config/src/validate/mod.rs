@@ -208,6 +208,15 @@ const DEFAULT_ADMIN: &str = "127.0.0.1:9090";
 const DEFAULT_MAX_REQUEST_BYTES: u64 = 32 * 1024 * 1024;
 const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 15 * 60 * 1000;
 const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 30_000;
+const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 10_000;
+const DEFAULT_BODY_READ_TIMEOUT_MS: u64 = 30_000;
+const DEFAULT_IDLE_TIMEOUT_MS: u64 = 60_000;
+const DEFAULT_MAX_CONNECTIONS: u64 = 10_000;
+const DEFAULT_MAX_STREAM_EVENT_BYTES: u64 = 8 * 1024 * 1024;
+const DEFAULT_MAX_RESPONSE_BYTES: u64 = 32 * 1024 * 1024;
+const DEFAULT_MAX_DYNAMIC_DESTINATIONS: u64 = 1000;
+/// Connection timeouts: 100 ms to 1 h.
+const CONN_TIMEOUT_RANGE: (i64, i64) = (100, 3_600_000);
 
 /// `None` (after recording an error) when written but unparsable; the default when omitted.
 fn socket_addr(
@@ -293,6 +302,72 @@ fn server(ctx: &mut Ctx<'_>, raw: RawServer) -> Server {
     let admin_token = raw
         .admin_token
         .and_then(|t| ctx.secret(&t, "server.adminToken"));
+    let (lo, hi) = CONN_TIMEOUT_RANGE;
+    let header_read_timeout = ctx.millis(
+        raw.header_read_timeout_milliseconds,
+        lo,
+        hi,
+        DEFAULT_HEADER_READ_TIMEOUT_MS,
+        "server.headerReadTimeoutMilliseconds",
+    );
+    let body_read_timeout = ctx.millis(
+        raw.body_read_timeout_milliseconds,
+        lo,
+        hi,
+        DEFAULT_BODY_READ_TIMEOUT_MS,
+        "server.bodyReadTimeoutMilliseconds",
+    );
+    let idle_timeout = ctx.millis(
+        raw.idle_timeout_milliseconds,
+        lo,
+        hi,
+        DEFAULT_IDLE_TIMEOUT_MS,
+        "server.idleTimeoutMilliseconds",
+    );
+    let mut bounded = |v: Option<i64>, lo: i64, hi: i64, default: u64, path: &str| -> usize {
+        let n = v
+            .and_then(|v| ctx.int_in(v, lo, hi, path))
+            .unwrap_or(default);
+        usize::try_from(n).unwrap_or(usize::MAX)
+    };
+    let max_connections = bounded(
+        raw.max_connections,
+        1,
+        1_000_000,
+        DEFAULT_MAX_CONNECTIONS,
+        "server.maxConnections",
+    );
+    let max_stream_event_bytes = bounded(
+        raw.max_stream_event_bytes,
+        4 * 1024,
+        1 << 30,
+        DEFAULT_MAX_STREAM_EVENT_BYTES,
+        "server.maxStreamEventBytes",
+    );
+    let max_response_bytes = bounded(
+        raw.max_response_bytes,
+        64 * 1024,
+        4 << 30,
+        DEFAULT_MAX_RESPONSE_BYTES,
+        "server.maxResponseBytes",
+    );
+    let max_dynamic_destinations = bounded(
+        raw.max_dynamic_destinations,
+        1,
+        1_000_000,
+        DEFAULT_MAX_DYNAMIC_DESTINATIONS,
+        "server.maxDynamicDestinations",
+    );
+    let allowed_origins = raw.allowed_origins.unwrap_or_default();
+    for (i, o) in allowed_origins.iter().enumerate() {
+        let path = join_index("server.allowedOrigins", i);
+        if o != "*" && !is_origin(o) {
+            ctx.err(
+                &path,
+                format!("`{o}` is not an origin (scheme://host[:port], no path) or `*`"),
+            );
+        }
+    }
     Server {
         listen,
         admin,
@@ -305,7 +380,29 @@ fn server(ctx: &mut Ctx<'_>, raw: RawServer) -> Server {
         stream_commit,
         watch_config: raw.watch_config.unwrap_or(false),
         admin_token,
+        header_read_timeout,
+        body_read_timeout,
+        idle_timeout,
+        max_connections,
+        max_stream_event_bytes,
+        max_response_bytes,
+        max_dynamic_destinations,
+        allowed_origins,
+        allow_pinning: raw.allow_pinning.unwrap_or(true),
     }
+}
+
+/// `scheme://host[:port]` as browsers send it in `Origin` (no path, query or user info).
+fn is_origin(s: &str) -> bool {
+    let Some((scheme, rest)) = s.split_once("://") else {
+        return false;
+    };
+    !scheme.is_empty()
+        && scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+        && !rest.is_empty()
+        && !rest.contains(['/', '?', '#', '@', ' '])
 }
 
 fn auth(ctx: &mut Ctx<'_>, raw: RawAuth) -> Auth {
