@@ -12,6 +12,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 
+use crate::config::Hostile;
 use crate::engine::{Ending, Success};
 
 /// Error a body yields to make hyper abort the connection (no terminating chunk).
@@ -29,6 +30,74 @@ pub enum Step {
     Pause(Duration),
     /// Yield a body error: hyper kills the connection mid-body.
     Abort,
+    /// `unit` again and again, `left` bytes in all (a hostile provider's endless or huge part).
+    Repeat { unit: Bytes, left: u64 },
+}
+
+/// The most an "endless" hostile body sends before it ends by itself (4 GiB): a test's gateway
+/// must have cut it long before.
+pub const ENDLESS_CAP: u64 = 4 << 30;
+
+/// A frame of `n` bytes of `b`.
+fn filled(b: u8, n: usize) -> Bytes {
+    Bytes::from(vec![b; n])
+}
+
+/// The steps of a hostile stream's hostile part (after the preamble and the normal chunks).
+pub fn hostile_steps(kind: Hostile, bytes: u64) -> Vec<Step> {
+    let a64k = filled(b'a', 64 * 1024);
+    match kind {
+        Hostile::EndlessLine => vec![
+            Step::Frame(Bytes::from_static(b"data: ")),
+            Step::Repeat {
+                unit: a64k,
+                left: ENDLESS_CAP,
+            },
+        ],
+        Hostile::EndlessComment => vec![
+            Step::Frame(Bytes::from_static(b": ")),
+            Step::Repeat {
+                unit: a64k,
+                left: ENDLESS_CAP,
+            },
+        ],
+        Hostile::EndlessEvent => {
+            let mut line = b"data: ".to_vec();
+            line.extend(std::iter::repeat_n(b'a', 64 * 1024 - 7));
+            line.push(b'\n');
+            vec![Step::Repeat {
+                unit: Bytes::from(line),
+                left: ENDLESS_CAP,
+            }]
+        }
+        Hostile::HugeEvent => vec![
+            Step::Frame(Bytes::from_static(b"data: {\"huge\":\"")),
+            Step::Repeat {
+                unit: a64k,
+                left: bytes,
+            },
+            Step::Frame(Bytes::from_static(b"\"}\n\n")),
+        ],
+        Hostile::Garbage => {
+            let mut line: Vec<u8> = (0u8..=255)
+                .filter(|b| !matches!(b, b'\n' | b'\r' | b':'))
+                .collect();
+            line.push(b'\n');
+            vec![Step::Repeat {
+                unit: Bytes::from(line),
+                left: bytes,
+            }]
+        }
+        Hostile::EndlessBody => vec![
+            Step::Frame(Bytes::from_static(b"{\"id\":\"")),
+            Step::Repeat {
+                unit: a64k,
+                left: ENDLESS_CAP,
+            },
+        ],
+        // No body at all: the handler never answers.
+        Hostile::NoHeaders => Vec::new(),
+    }
 }
 
 /// A whole body known up front.
@@ -47,6 +116,18 @@ pub fn scripted(steps: Vec<Step>) -> MockBody {
             match steps.pop_front()? {
                 Step::Frame(bytes) => return Some((Ok(Frame::data(bytes)), steps)),
                 Step::Pause(d) => tokio::time::sleep(d).await,
+                Step::Repeat { unit, left } => {
+                    if left == 0 || unit.is_empty() {
+                        continue;
+                    }
+                    let n = unit.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+                    let rest = left - n as u64;
+                    steps.push_front(Step::Repeat {
+                        unit: unit.clone(),
+                        left: rest,
+                    });
+                    return Some((Ok(Frame::data(unit.slice(..n))), steps));
+                }
                 Step::Abort => {
                     // hyper flushes what it buffered only when the body is pending; without this
                     // the abort would also discard the headers and the chunks before it.
@@ -83,9 +164,10 @@ pub trait StreamEncoder {
 /// finish events — or, per [`Ending`], an abort or an error event in place of chunk N+1.
 pub fn stream_steps(encoder: &mut impl StreamEncoder, success: &Success) -> Vec<Step> {
     let frames = |events: Vec<Bytes>| events.into_iter().map(Step::Frame);
-    let cut_after = match success.ending {
-        Ending::Complete => None,
-        Ending::DropAfter(n) | Ending::ErrorAfter { chunks: n, .. } => Some(n),
+    let cut_after = match (success.hostile, &success.ending) {
+        (Some((_, n, _)), _) => Some(n),
+        (None, Ending::Complete) => None,
+        (None, Ending::DropAfter(n) | Ending::ErrorAfter { chunks: n, .. }) => Some(*n),
     };
     let pause = (!success.chunk_interval.is_zero()).then_some(Step::Pause(success.chunk_interval));
 
@@ -102,6 +184,14 @@ pub fn stream_steps(encoder: &mut impl StreamEncoder, success: &Success) -> Vec<
     let sent = cut_after.map_or(success.chunks.len(), |n| n.min(success.chunks.len()));
     if sent > 0 && cut_after.is_some() {
         steps.extend(pause);
+    }
+    if let Some((kind, _, bytes)) = success.hostile {
+        steps.extend(hostile_steps(kind, bytes));
+        // A huge event is still a complete event: the stream goes on and ends normally after it.
+        if kind == Hostile::HugeEvent {
+            steps.extend(frames(encoder.finish()));
+        }
+        return steps;
     }
     match &success.ending {
         Ending::Complete => steps.extend(frames(encoder.finish())),

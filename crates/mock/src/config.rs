@@ -85,6 +85,40 @@ pub struct Behaviour {
     /// When the request offers tools: answer with this tool call instead of the text reply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call: Option<ToolCallConfig>,
+    /// A broken or hostile provider (the gateway's bound tests): what the answer turns into.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostile: Option<Hostile>,
+    /// Streams: content chunks sent normally before the hostile part (default 0: right after the
+    /// preamble).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostile_after_chunks: Option<usize>,
+    /// Size of a `hugeEvent` event or of the `garbage` (default 16 MiB and 1 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostile_bytes: Option<u64>,
+    /// A `content-encoding` header value added to every answer of this model, whatever the body is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_encoding: Option<String>,
+}
+
+/// What a hostile provider does (`hostile`). "Endless" bodies stop when the client goes away, and
+/// in any case after [`crate::body::ENDLESS_CAP`] bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Hostile {
+    /// Streams: one `data:` line that never ends.
+    EndlessLine,
+    /// Streams: one comment line (`: ...`) that never ends.
+    EndlessComment,
+    /// Streams: `data:` lines forever, never the blank line that would end the event.
+    EndlessEvent,
+    /// Streams: one complete event of `hostileBytes` bytes, then the normal rest of the stream.
+    HugeEvent,
+    /// Streams: `hostileBytes` of lines that are no SSE field and no event-stream frame, then the end.
+    Garbage,
+    /// Any request: a 200 JSON answer whose body never ends.
+    EndlessBody,
+    /// Any request: the connection is accepted and the request read, but no answer ever comes.
+    NoHeaders,
 }
 
 /// A scripted tool call (`toolCall`), sent when the request has tools.

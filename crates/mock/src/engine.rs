@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::config::{Behaviour, ToolCallConfig, UsageConfig};
+use crate::config::{Behaviour, Hostile, ToolCallConfig, UsageConfig};
 
 /// Content chunks of a streamed reply when `streamChunks` is not set.
 pub const DEFAULT_STREAM_CHUNKS: usize = 4;
@@ -81,6 +81,8 @@ pub struct Success {
     pub chunk_interval: Duration,
     pub usage: Usage,
     pub ending: Ending,
+    /// A hostile stream: after this many content chunks, the hostile part replaces the rest.
+    pub hostile: Option<(Hostile, usize, u64)>,
 }
 
 /// A tool call to answer with.
@@ -189,6 +191,18 @@ fn outcome(b: &Behaviour, request: &RequestFacts, draw: Option<f64>) -> Outcome 
         chunk_interval: Duration::from_millis(b.chunk_interval_milliseconds.unwrap_or(0)),
         usage,
         ending,
+        hostile: b.hostile.map(|h| {
+            let default_bytes = if h == Hostile::Garbage {
+                1 << 20
+            } else {
+                16 << 20
+            };
+            (
+                h,
+                b.hostile_after_chunks.unwrap_or(0),
+                b.hostile_bytes.unwrap_or(default_bytes),
+            )
+        }),
     })
 }
 

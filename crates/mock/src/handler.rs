@@ -14,7 +14,7 @@ use hyper::body::Incoming;
 use serde_json::{json, Map, Value};
 
 use crate::body::{self, MockBody};
-use crate::config::Behaviour;
+use crate::config::{Behaviour, Hostile};
 use crate::dialect::{percent_decode, Dialect, RenderContext};
 use crate::engine::{self, MockError};
 use crate::state::Shared;
@@ -83,7 +83,32 @@ pub(crate) async fn handle(
     }
     ctx.model = facts.model.clone();
     ctx.include_stream_usage = facts.include_stream_usage;
-    Ok(dialect.respond(&ctx, &decision.outcome, facts.stream))
+    let behaviour = &admission.behaviour;
+    let mut res = match (behaviour.hostile, &decision.outcome) {
+        (Some(Hostile::NoHeaders), _) => {
+            // Never answer; the client gives up first (bounded all the same).
+            tokio::time::sleep(std::time::Duration::from_secs(600)).await;
+            return Ok(control_reply(StatusCode::GATEWAY_TIMEOUT, json!({})));
+        }
+        (Some(Hostile::EndlessBody), engine::Outcome::Success(_)) => {
+            let mut res =
+                Response::new(body::scripted(body::hostile_steps(Hostile::EndlessBody, 0)));
+            res.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            res
+        }
+        _ => dialect.respond(&ctx, &decision.outcome, facts.stream),
+    };
+    if let Some(v) = behaviour
+        .content_encoding
+        .as_deref()
+        .and_then(|v| HeaderValue::from_str(v).ok())
+    {
+        res.headers_mut().insert(http::header::CONTENT_ENCODING, v);
+    }
+    Ok(res)
 }
 
 /// `GET stats`, `POST models/{name}`, `POST reset`.

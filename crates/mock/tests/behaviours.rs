@@ -192,3 +192,123 @@ async fn failure_rate_defaults_to_503() {
     let mock = server(json!({"models": {"dead": {"failureRate": 1.0}}})).await;
     assert_eq!(statuses(&mock, "dead", 3).await, vec![503, 503, 503]);
 }
+
+/// Reads `body` until `n` bytes have come (or it ends); returns what came.
+async fn read_at_least(mut body: hyper::body::Incoming, n: usize) -> Vec<u8> {
+    use http_body_util::BodyExt;
+    let mut got = Vec::new();
+    while got.len() < n {
+        match body.frame().await {
+            Some(Ok(f)) => {
+                if let Ok(d) = f.into_data() {
+                    got.extend_from_slice(&d);
+                }
+            }
+            _ => break,
+        }
+    }
+    got
+}
+
+#[tokio::test]
+async fn hostile_streams_never_end_their_line_or_event() {
+    let mock = server(json!({"models": {
+        "line": {"hostile": "endlessLine", "hostileAfterChunks": 1},
+        "comment": {"hostile": "endlessComment"},
+        "event": {"hostile": "endlessEvent"},
+    }}))
+    .await;
+    let client = hyper_client();
+    for (model, starts_with, newline_free) in [
+        ("line", "data: ", true),
+        ("comment", ": ", true),
+        ("event", "data: ", false),
+    ] {
+        let res = client
+            .request(post(
+                format!("http://{}{CHAT}", mock.addr()),
+                &stream_req(model),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200, "{model}");
+        let got = read_at_least(res.into_body(), 2 << 20).await;
+        assert!(got.len() >= 2 << 20, "{model}: the body went on past 2 MiB");
+        let text = String::from_utf8_lossy(&got);
+        // The preamble (and for `line` one content chunk) come as usual, then the hostile part.
+        let events = text.matches("\n\n").count();
+        let hostile = &text[text.rfind("\n\n").map_or(0, |i| i + 2)..];
+        assert!(
+            hostile.starts_with(starts_with),
+            "{model}: {}",
+            &hostile[..20]
+        );
+        if newline_free {
+            assert!(!hostile.contains('\n'), "{model}: one line");
+        } else {
+            assert!(
+                hostile.matches("\ndata: ").count() > 10,
+                "{model}: many data lines"
+            );
+        }
+        let expected_events = if model == "line" { 2 } else { 1 };
+        assert_eq!(
+            events, expected_events,
+            "{model}: whole events before the hostile part"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_huge_event_is_whole_and_the_stream_ends_normally() {
+    let mock =
+        server(json!({"models": {"huge": {"hostile": "hugeEvent", "hostileBytes": 3000000}}}))
+            .await;
+    let res = hyper_client()
+        .request(post(
+            format!("http://{}{CHAT}", mock.addr()),
+            &stream_req("huge"),
+        ))
+        .await
+        .unwrap();
+    let (body, failed) = read_body(res.into_body()).await;
+    assert!(!failed);
+    let payloads = sse_payloads(&body);
+    let lens: Vec<usize> = payloads.iter().map(String::len).collect();
+    assert!(
+        payloads
+            .iter()
+            .any(|p| p.len() > 3_000_000 && p.starts_with("{\"huge\":")),
+        "{lens:?}"
+    );
+    assert_eq!(payloads.last().map(String::as_str), Some("[DONE]"));
+}
+
+#[tokio::test]
+async fn endless_bodies_no_headers_and_wrong_encodings() {
+    let mock = server(json!({"models": {
+        "endless": {"hostile": "endlessBody"},
+        "silent": {"hostile": "noHeaders"},
+        "gz": {"contentEncoding": "gzip"},
+    }}))
+    .await;
+    let client = hyper_client();
+    let uri = format!("http://{}{CHAT}", mock.addr());
+    let req = |m: &str| post(uri.clone(), &json!({"model": m, "messages": []}));
+
+    let res = client.request(req("endless")).await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["content-type"], "application/json");
+    let got = read_at_least(res.into_body(), 1 << 20).await;
+    assert!(got.len() >= 1 << 20 && got.starts_with(b"{\"id\":\"aaa"));
+
+    let silent =
+        tokio::time::timeout(Duration::from_millis(300), client.request(req("silent"))).await;
+    assert!(silent.is_err(), "no answer ever comes");
+
+    // The header says gzip; the body is the plain JSON answer.
+    let res = client.request(req("gz")).await.unwrap();
+    assert_eq!(res.headers()["content-encoding"], "gzip");
+    let (body, _) = read_body(res.into_body()).await;
+    assert!(serde_json::from_slice::<Value>(&body).is_ok());
+}
