@@ -357,11 +357,26 @@ impl StreamDecoder {
         Self::default()
     }
 
+    /// Bounds one upstream event (SPEC §14 `maxStreamEventBytes`).
+    pub fn set_max_event_bytes(&mut self, n: usize) {
+        self.sse.set_limit(n);
+    }
+
+    /// The stream broke its bound; nothing more is decoded.
+    pub fn failed(&self) -> bool {
+        self.sse.overflowed()
+    }
+
     pub fn push(&mut self, bytes: &[u8]) -> Vec<StreamEvent> {
         self.sse.push(bytes);
         let mut out = Vec::new();
         while let Some(ev) = self.sse.next_event() {
             out.extend(self.push_event(&ev.data));
+        }
+        if self.sse.take_overflow() {
+            out.push(StreamEvent::protocol_failure(
+                crate::canonical::EVENT_TOO_LARGE,
+            ));
         }
         out
     }

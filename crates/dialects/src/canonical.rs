@@ -154,6 +154,22 @@ pub enum StreamEvent {
     },
 }
 
+impl StreamEvent {
+    /// The error a decoder reports when the upstream's stream broke a bound or its framing: a 502
+    /// protocol failure (SPEC §14).
+    pub fn protocol_failure(message: &str) -> StreamEvent {
+        StreamEvent::Error {
+            status: 502,
+            error_type: "api_error".into(),
+            message: message.to_owned(),
+        }
+    }
+}
+
+/// The message of a stream event or line over its bound.
+pub const EVENT_TOO_LARGE: &str =
+    "sidetrack: an upstream stream event exceeds server.maxStreamEventBytes";
+
 /// Why a translation could not be done.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TranslateError(pub String);

@@ -12,14 +12,32 @@ pub struct SseEvent {
     pub data: String,
 }
 
+/// The default bound on one line or one event (`server.maxStreamEventBytes`, SPEC §14).
+pub const DEFAULT_MAX_EVENT_BYTES: usize = 8 * 1024 * 1024;
+
 /// Incremental SSE decoder. Feed it chunks in any split; it yields complete events.
-#[derive(Debug, Default)]
+///
+/// Bounded: a line, or an event's joined data, longer than its limit (default
+/// [`DEFAULT_MAX_EVENT_BYTES`]) is an overflow — the buffered bytes are dropped, no event comes
+/// any more, later input is ignored and [`SseDecoder::overflowed`] says so. An upstream that never
+/// ends a line or an event cannot grow the decoder past its limit.
+#[derive(Debug)]
 pub struct SseDecoder {
     buf: BytesMut,
     /// How far `buf` has been scanned for a line end without finding one.
     scanned: usize,
     pending: SseEvent,
     has_fields: bool,
+    limit: usize,
+    overflowed: bool,
+    /// The overflow has been reported by [`SseDecoder::take_overflow`].
+    reported: bool,
+}
+
+impl Default for SseDecoder {
+    fn default() -> SseDecoder {
+        SseDecoder::with_limit(DEFAULT_MAX_EVENT_BYTES)
+    }
 }
 
 impl SseDecoder {
@@ -27,8 +45,48 @@ impl SseDecoder {
         SseDecoder::default()
     }
 
+    /// A decoder whose lines and events may be at most `limit` bytes.
+    pub fn with_limit(limit: usize) -> SseDecoder {
+        SseDecoder {
+            buf: BytesMut::new(),
+            scanned: 0,
+            pending: SseEvent::default(),
+            has_fields: false,
+            limit,
+            overflowed: false,
+            reported: false,
+        }
+    }
+
+    pub fn set_limit(&mut self, limit: usize) {
+        self.limit = limit;
+    }
+
+    /// A line or an event went past the limit: the decoder has stopped.
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
+    }
+
+    /// True once, the first time it is asked after an overflow (a decoder reports it once).
+    pub fn take_overflow(&mut self) -> bool {
+        let first = self.overflowed && !self.reported;
+        self.reported |= first;
+        first
+    }
+
     pub fn push(&mut self, chunk: &[u8]) {
-        self.buf.extend_from_slice(chunk);
+        if !self.overflowed {
+            self.buf.extend_from_slice(chunk);
+        }
+    }
+
+    /// Stops the decoder and frees what it held.
+    fn overflow(&mut self) {
+        self.overflowed = true;
+        self.buf = BytesMut::new();
+        self.pending = SseEvent::default();
+        self.has_fields = false;
+        self.scanned = 0;
     }
 
     /// Bytes received but not yet part of a complete event.
@@ -49,6 +107,11 @@ impl SseDecoder {
         let event = loop {
             let from = start.max(self.scanned);
             let Some(rel) = memchr::memchr2(b'\n', b'\r', &self.buf[from..]) else {
+                // An unfinished line: bounded together with the event it belongs to.
+                if self.buf.len() - start + self.pending.data.len() > self.limit {
+                    self.overflow();
+                    return None;
+                }
                 self.scanned = self.buf.len();
                 break None;
             };
@@ -74,6 +137,10 @@ impl SseDecoder {
                 continue;
             }
             field(&mut self.pending, &mut self.has_fields, line);
+            if self.pending.data.len() > self.limit {
+                self.overflow();
+                return None;
+            }
         };
         self.buf.advance(start);
         self.scanned -= start;
@@ -186,5 +253,56 @@ mod tests {
         let mut d = SseDecoder::new();
         d.push(&bytes);
         assert_eq!(d.next_event().unwrap().event.as_deref(), Some("error"));
+    }
+
+    /// Feeds `piece` until the decoder overflows or `max_pushes` pieces went in; returns how many.
+    fn pushes_until_overflow(d: &mut SseDecoder, piece: &[u8], max_pushes: usize) -> usize {
+        for i in 1..=max_pushes {
+            d.push(piece);
+            while d.next_event().is_some() {}
+            if d.overflowed() {
+                return i;
+            }
+        }
+        max_pushes
+    }
+
+    #[test]
+    fn an_endless_line_comment_or_event_overflows_at_the_limit() {
+        let a = vec![b'a'; 1000];
+        let mut line = b"data: ".to_vec();
+        line.extend_from_slice(&a);
+        line.push(b'\n');
+        for (start, piece) in [
+            (&b"data: "[..], &a[..]), // one data line that never ends
+            (&b": "[..], &a[..]),     // one comment line that never ends
+            (&b""[..], &line[..]),    // data lines, never the blank line
+        ] {
+            let mut d = SseDecoder::with_limit(10_000);
+            d.push(start);
+            let n = pushes_until_overflow(&mut d, piece, 100);
+            assert!((10..=12).contains(&n), "overflowed after {n} pieces");
+            assert_eq!(d.buffered_len(), 0, "what it held is freed");
+            assert!(d.take_overflow());
+            assert!(!d.take_overflow(), "reported once");
+            d.push(b"\n\ndata: late\n\n");
+            assert_eq!(d.next_event(), None, "nothing decodes after an overflow");
+        }
+    }
+
+    #[test]
+    fn events_up_to_the_limit_pass_and_many_small_ones_never_overflow() {
+        let mut d = SseDecoder::with_limit(100);
+        let data = "x".repeat(100);
+        d.push(format!("data: {data}\n\n").as_bytes());
+        assert_eq!(d.next_event().map(|e| e.data), Some(data));
+        for _ in 0..1000 {
+            d.push(b"data: {\"k\":1}\n\n: ping\n\n");
+            while d.next_event().is_some() {}
+        }
+        assert!(!d.overflowed());
+        d.push(format!("data: {}\n\n", "y".repeat(101)).as_bytes());
+        assert_eq!(d.next_event(), None);
+        assert!(d.overflowed());
     }
 }

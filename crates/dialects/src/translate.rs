@@ -11,6 +11,11 @@ use crate::{Dialect, GatewayErrorKind, ParseError, ParsedRequest, RenderedError,
 /// Provider bytes of one format → canonical stream events.
 pub trait Decode: Send {
     fn push(&mut self, bytes: &[u8]) -> Vec<StreamEvent>;
+    /// Bounds one upstream event or frame; past it the decoder reports a 502 `Error` and stops.
+    fn set_max_event_bytes(&mut self, n: usize);
+    /// The stream broke its framing or its bound: the decoder has stopped (its `Error` event,
+    /// status 502, was the last it gave).
+    fn failed(&self) -> bool;
 }
 
 /// Canonical stream events → caller bytes of one format.
@@ -23,6 +28,12 @@ macro_rules! codec_impls {
         impl Decode for $m::StreamDecoder {
             fn push(&mut self, bytes: &[u8]) -> Vec<StreamEvent> {
                 $m::StreamDecoder::push(self, bytes)
+            }
+            fn set_max_event_bytes(&mut self, n: usize) {
+                $m::StreamDecoder::set_max_event_bytes(self, n)
+            }
+            fn failed(&self) -> bool {
+                $m::StreamDecoder::failed(self)
             }
         }
         impl Encode for $m::StreamEncoder {

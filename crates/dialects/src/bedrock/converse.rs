@@ -696,6 +696,16 @@ impl StreamDecoder {
         StreamDecoder::default()
     }
 
+    /// Bounds one upstream frame (SPEC §14 `maxStreamEventBytes`).
+    pub fn set_max_event_bytes(&mut self, n: usize) {
+        self.frames.set_limit(n);
+    }
+
+    /// The stream could not be decoded (or broke its bound); nothing more is decoded.
+    pub fn failed(&self) -> bool {
+        self.failed
+    }
+
     pub fn push(&mut self, bytes: &[u8]) -> Vec<StreamEvent> {
         if self.failed {
             return Vec::new();

@@ -99,11 +99,18 @@ pub struct FrameDecoder {
     /// The prelude at the front of `buf` (or already taken by `inner`) has been validated.
     prelude_checked: bool,
     failed: Option<DecodeError>,
+    /// Frames declaring more than this many bytes are refused (0: only botocore's limits).
+    limit: usize,
 }
 
 impl FrameDecoder {
     pub fn new() -> FrameDecoder {
         FrameDecoder::default()
+    }
+
+    /// Refuses, at its prelude, a frame that declares more than `limit` bytes.
+    pub fn set_limit(&mut self, limit: usize) {
+        self.limit = limit;
     }
 
     /// Adds `bytes` and returns every frame completed by them.
@@ -147,7 +154,7 @@ impl FrameDecoder {
                 if self.buf.len() < PRELUDE_LEN {
                     return Ok(());
                 }
-                check_prelude(&self.buf[..PRELUDE_LEN])?;
+                check_prelude(&self.buf[..PRELUDE_LEN], self.limit)?;
                 self.prelude_checked = true;
             }
             match self.inner.decode_frame(&mut self.buf) {
@@ -164,7 +171,7 @@ impl FrameDecoder {
 
 /// Validates a prelude before waiting for the rest of its frame, so a corrupt length cannot make
 /// the decoder buffer gigabytes.
-fn check_prelude(prelude: &[u8]) -> Result<(), DecodeError> {
+fn check_prelude(prelude: &[u8], limit: usize) -> Result<(), DecodeError> {
     let word =
         |i: usize| u32::from_be_bytes([prelude[i], prelude[i + 1], prelude[i + 2], prelude[i + 3]]);
     let (total, headers, crc) = (word(0), word(4), word(8));
@@ -182,6 +189,11 @@ fn check_prelude(prelude: &[u8]) -> Result<(), DecodeError> {
     if headers > MAX_HEADERS_LEN || total - OVERHEAD - headers > MAX_PAYLOAD_LEN {
         return Err(DecodeError(format!(
             "frame of {total} bytes exceeds the event-stream limits"
+        )));
+    }
+    if limit > 0 && total as usize > limit {
+        return Err(DecodeError(format!(
+            "frame of {total} bytes exceeds server.maxStreamEventBytes ({limit})"
         )));
     }
     Ok(())

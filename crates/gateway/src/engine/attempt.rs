@@ -18,12 +18,29 @@ use tokio::time::{Instant, Sleep};
 use super::pipe::Pipe;
 use crate::providers::HttpClient;
 
-/// `firstToken` holds at most this much preamble; crossing it commits (SPEC §5.6).
+/// `firstToken` reads at most this much of a stream without a decidable event; past it the
+/// attempt is a protocol failure (SPEC §14).
 pub const MAX_HELD_BYTES: usize = 64 * 1024;
 /// Error bodies are read whole so the last one can be returned; they are small, but cap them.
 const MAX_ERROR_BODY: usize = 1024 * 1024;
-/// A non-streamed answer that must be translated is read whole first.
-const MAX_TRANSLATED_BODY: usize = 64 * 1024 * 1024;
+
+/// What an upstream may make the gateway hold (SPEC §14), from `server`.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// One stream event or line (`maxStreamEventBytes`).
+    pub max_stream_event_bytes: usize,
+    /// A non-stream answer read whole to be translated (`maxResponseBytes`).
+    pub max_response_bytes: usize,
+}
+
+impl Bounds {
+    pub fn of(server: &sidetrack_config::Server) -> Bounds {
+        Bounds {
+            max_stream_event_bytes: server.max_stream_event_bytes,
+            max_response_bytes: server.max_response_bytes,
+        }
+    }
+}
 
 pub struct AttemptSpec<'a> {
     pub client: &'a HttpClient,
@@ -38,6 +55,7 @@ pub struct AttemptSpec<'a> {
     /// The whole request's deadline (`requestTimeoutMilliseconds`).
     pub deadline: Instant,
     pub stream_commit: StreamCommit,
+    pub bounds: Bounds,
 }
 
 /// A classified attempt.
@@ -154,25 +172,38 @@ fn is_stream(parts: &Parts) -> bool {
         })
 }
 
-/// The first chunk and the rest of a body, up to `cap` bytes (bounded by `timer`).
+/// The first chunk and the rest of a body (bounded by `timer`), or `Err` with what was read once
+/// more than `cap` bytes came (the rest is left unread).
 async fn read_rest(
     first: Option<Bytes>,
     body: &mut Incoming,
     timer: &mut Timer,
     cap: usize,
-) -> Bytes {
+) -> Result<Bytes, Bytes> {
     let mut held: Vec<Bytes> = first.into_iter().collect();
     let mut size: usize = held.iter().map(Bytes::len).sum();
-    while size < cap {
+    while size <= cap {
         match next_data(body, timer).await {
             Read::Data(d) => {
                 size += d.len();
                 held.push(d);
             }
-            _ => break,
+            _ => return Ok(concat(held)),
         }
     }
-    concat(held)
+    Err(concat(held))
+}
+
+/// A gateway-made 502 in the caller's dialect for an upstream answer it could not carry
+/// (untranslatable, over a bound, undecodable): the upstream's status and body are replaced.
+fn bad_gateway(mut parts: Parts, caller: Dialect, message: &str) -> Upstream {
+    let r = caller.render_upstream_error(502, "api_error", message);
+    parts.status = http::StatusCode::from_u16(r.status).unwrap_or(http::StatusCode::BAD_GATEWAY);
+    set_json(&mut parts);
+    Upstream::Buffered {
+        parts,
+        body: r.body,
+    }
 }
 
 fn set_json(parts: &mut Parts) {
@@ -309,7 +340,10 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
         if status >= 400 {
             // Read the whole (small) error body: if this hop triggers and is the last one used, the
             // caller gets exactly this response (translated into its dialect when formats differ).
-            let body = read_rest(first, &mut body, &mut timer, MAX_ERROR_BODY).await;
+            // An error body over the cap is cut there: only its message matters.
+            let body = read_rest(first, &mut body, &mut timer, MAX_ERROR_BODY)
+                .await
+                .unwrap_or_else(|cut| cut);
             let (parts, body) = if translated {
                 translate_error(parts, &body, spec.upstream, spec.caller)
             } else {
@@ -324,7 +358,17 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
         let stream = is_stream(&parts);
         if translated && !stream {
             // A whole answer in another format: read it, translate it, send it as one body.
-            let raw = read_rest(first, &mut body, &mut timer, MAX_TRANSLATED_BODY).await;
+            let cap = spec.bounds.max_response_bytes;
+            let Ok(raw) = read_rest(first, &mut body, &mut timer, cap).await else {
+                let message = format!(
+                    "sidetrack: the upstream answer exceeds server.maxResponseBytes ({cap} bytes)"
+                );
+                return done(
+                    Outcome::Status(502),
+                    Some("responseTooLarge".into()),
+                    bad_gateway(parts, spec.caller, &message),
+                );
+            };
             return match spec.upstream.parse_response(&raw) {
                 Ok(mut resp) => {
                     // Converse answers carry neither id nor model: name them as the stream encoders do.
@@ -346,19 +390,10 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
                 }
                 Err(e) => {
                     let message = format!("sidetrack could not translate the upstream answer: {e}");
-                    let r = spec
-                        .caller
-                        .render_upstream_error(502, "api_error", &message);
-                    parts.status = http::StatusCode::from_u16(r.status)
-                        .unwrap_or(http::StatusCode::BAD_GATEWAY);
-                    set_json(&mut parts);
                     done(
                         Outcome::Status(502),
                         Some("untranslatableResponse".into()),
-                        Upstream::Buffered {
-                            parts,
-                            body: r.body,
-                        },
+                        bad_gateway(parts, spec.caller, &message),
                     )
                 }
             };
@@ -394,19 +429,46 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
             spec.caller,
             spec.response_id,
             spec.model,
+            spec.bounds.max_stream_event_bytes,
         ));
         if translated {
             let ct = http::HeaderValue::from_static(spec.caller.stream_content_type());
             parts.headers.insert(http::header::CONTENT_TYPE, ct);
             parts.headers.remove("x-amzn-bedrock-content-type");
         }
+        let mut read_len = first.len();
         let out = pipe.feed_until_decided(first);
-        let mut held_len = out.len();
         let mut held = vec![out];
         loop {
             // firstByte commits here; firstToken holds the preamble until an event decides: content,
-            // the stream's end, an error event (the attempt failed), or the held bytes' bound.
+            // the stream's end, or an error event (the attempt failed). A stream that breaks a bound
+            // or its framing, or says nothing decidable in MAX_HELD_BYTES, fails as a 502 (§14).
             let seen = pipe.state();
+            let failure = match seen.protocol_failure {
+                Some(why) => Some((
+                    why,
+                    "an upstream stream event exceeds its bound or does not decode",
+                )),
+                None if seen.error.is_none()
+                    && !(seen.seen_content || seen.seen_done)
+                    && spec.stream_commit == StreamCommit::FirstToken
+                    && read_len > MAX_HELD_BYTES =>
+                {
+                    Some((
+                        "undecidedPreamble",
+                        "the upstream stream said nothing decidable in its first 64 KiB",
+                    ))
+                }
+                None => None,
+            };
+            if let Some((why, what)) = failure {
+                let message = format!("sidetrack: {what}");
+                return done(
+                    Outcome::Status(502),
+                    Some(why.into()),
+                    bad_gateway(parts, spec.caller, &message),
+                );
+            }
             let decided = if spec.stream_commit == StreamCommit::FirstByte {
                 Some((Outcome::from_status(status), None))
             } else if let Some((code, error_type)) = &seen.error {
@@ -414,7 +476,7 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
                     Outcome::Status(*code),
                     Some(format!("streamErrorEvent:{error_type}")),
                 ))
-            } else if seen.seen_content || seen.seen_done || held_len > MAX_HELD_BYTES {
+            } else if seen.seen_content || seen.seen_done {
                 Some((Outcome::from_status(status), None))
             } else {
                 None
@@ -431,8 +493,8 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
             }
             match next_data(&mut body, &mut timer).await {
                 Read::Data(d) => {
+                    read_len += d.len();
                     let out = pipe.feed_until_decided(d);
-                    held_len += out.len();
                     if !out.is_empty() {
                         held.push(out);
                     }

@@ -54,6 +54,8 @@ pub struct WalkInput<'a, 'p> {
     pub upstreams: &'a Upstreams,
     pub deadline: Instant,
     pub stream_commit: StreamCommit,
+    /// What an upstream answer may make the gateway hold (SPEC §14).
+    pub bounds: attempt::Bounds,
     pub picker: &'a Picker,
     pub health: &'a Health,
     pub metrics: &'a Metrics,
@@ -459,6 +461,7 @@ async fn attempt_one(
             first_byte_timeout: hop.policy.first_byte_timeout,
             deadline: input.deadline,
             stream_commit: input.stream_commit,
+            bounds: input.bounds,
         })
     }
     .await)

@@ -26,9 +26,19 @@ pub struct StreamState {
     /// The first in-stream error: the status its type stands for, and the type.
     pub error: Option<(u16, String)>,
     pub usage: Option<Usage>,
+    /// The upstream's stream broke a bound or its framing (SPEC §14): the knob or event behind it.
+    /// The pipe has stopped reading; the attempt fails (502) before the commit, and after it the
+    /// caller's stream ends with the explicit error.
+    pub protocol_failure: Option<&'static str>,
 }
 
+/// Why a stream stopped being read: an SSE line or event over `server.maxStreamEventBytes`.
+const EVENT_TOO_LARGE: &str = "streamEventTooLarge";
+/// An event-stream that does not decode (or declares a frame over the bound).
+const UNDECODABLE: &str = "undecodableStream";
+
 pub struct Pipe {
+    upstream: Dialect,
     caller: Dialect,
     way: Way,
     state: StreamState,
@@ -51,20 +61,32 @@ enum Way {
 
 impl Pipe {
     /// A pipe from an upstream speaking `upstream` to a caller speaking `caller`. `id` and `model`
-    /// name the message in a translated stream.
-    pub fn new(upstream: Dialect, caller: Dialect, id: &str, model: &str) -> Pipe {
+    /// name the message in a translated stream; no upstream event may exceed `max_event` bytes.
+    pub fn new(
+        upstream: Dialect,
+        caller: Dialect,
+        id: &str,
+        model: &str,
+        max_event: usize,
+    ) -> Pipe {
+        let decoder = || {
+            let mut d = upstream.stream_decoder();
+            d.set_max_event_bytes(max_event);
+            d
+        };
         let way = if upstream == caller {
             match upstream {
-                Dialect::OpenAiChat => Way::ChatPassthrough(SseDecoder::new()),
-                other => Way::Watched(other.stream_decoder()),
+                Dialect::OpenAiChat => Way::ChatPassthrough(SseDecoder::with_limit(max_event)),
+                _ => Way::Watched(decoder()),
             }
         } else {
             Way::Translated {
-                decoder: upstream.stream_decoder(),
+                decoder: decoder(),
                 encoder: caller.stream_encoder(id, model),
             }
         };
         Pipe {
+            upstream,
             caller,
             way,
             state: StreamState::default(),
@@ -95,6 +117,7 @@ impl Pipe {
                 for ev in decoder.push(chunk) {
                     watched(&mut self.state, &ev);
                 }
+                decoder_failure(&mut self.state, decoder.as_ref(), self.upstream);
             }
             Way::Translated { .. } => {}
         }
@@ -155,6 +178,7 @@ impl Pipe {
                     watched(&mut self.state, &ev);
                     out.extend_from_slice(&encoder.encode(&ev));
                 }
+                decoder_failure(&mut self.state, decoder.as_ref(), self.upstream);
                 out.freeze()
             }
         }
@@ -162,19 +186,33 @@ impl Pipe {
 
     /// The bytes that end the caller's stream with an explicit error after an upstream failure —
     /// `None` when the caller already received the upstream's own error event.
+    ///
+    /// After a protocol failure on a stream the caller gets unchanged, the caller already has part
+    /// of the offending line or event: an SSE caller's error event then starts with a blank line,
+    /// so that it stands as an event of its own at the end of the stream.
     pub fn error_tail(&mut self, message: &str) -> Option<Bytes> {
         self.catch_up();
-        if self.state.error.is_some() {
+        let cut_mid_event = self.state.protocol_failure.is_some() && self.passes_through();
+        if self.state.error.is_some() && !cut_mid_event {
             return None;
         }
-        self.state.error = Some((502, "api_error".into()));
+        self.state.error.get_or_insert((502, "api_error".into()));
         match &mut self.way {
             Way::Translated { encoder, .. } => Some(encoder.encode(&Event::Error {
                 status: 502,
                 error_type: "api_error".into(),
                 message: message.to_owned(),
             })),
-            _ => Some(self.caller.render_stream_error(message)),
+            _ => {
+                let tail = self.caller.render_stream_error(message);
+                if cut_mid_event && self.caller.stream_content_type() == "text/event-stream" {
+                    let mut out = BytesMut::with_capacity(tail.len() + 2);
+                    out.extend_from_slice(b"\n\n");
+                    out.extend_from_slice(&tail);
+                    return Some(out.freeze());
+                }
+                Some(tail)
+            }
         }
     }
 }
@@ -203,6 +241,22 @@ fn read_chat(decoder: &mut SseDecoder, state: &mut StreamState, until_decided: b
         if until_decided && (state.seen_content || state.seen_done || state.error.is_some()) {
             return;
         }
+    }
+    if decoder.overflowed() {
+        state.protocol_failure.get_or_insert(EVENT_TOO_LARGE);
+    }
+}
+
+/// Notes a decoder that stopped on a protocol failure (its 502 `Error` event was already read):
+/// an SSE upstream's can only be an event over the bound; an event stream's, undecodable framing.
+fn decoder_failure(state: &mut StreamState, decoder: &dyn Decode, upstream: Dialect) {
+    if decoder.failed() && state.protocol_failure.is_none() {
+        let why = if upstream.is_sse() {
+            EVENT_TOO_LARGE
+        } else {
+            UNDECODABLE
+        };
+        state.protocol_failure = Some(why);
     }
 }
 

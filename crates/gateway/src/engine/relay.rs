@@ -131,7 +131,24 @@ impl<F: OnFinish> RelayBody<F> {
         }
         pipe.catch_up();
         self.behind = false;
-        if !had_error && pipe.state().error.is_some() {
+        self.read_state(had_error);
+    }
+
+    /// What the pipe learned from the bytes it just read: a protocol failure (an event over its
+    /// bound, undecodable framing) stops reading the upstream and queues the explicit error; an
+    /// upstream error event is noted.
+    fn read_state(&mut self, had_error: bool) {
+        let Some(pipe) = self.pipe.as_ref() else {
+            return;
+        };
+        if let Some(why) = pipe.state().protocol_failure {
+            if self.rest.is_some() {
+                self.fail(
+                    why,
+                    "sidetrack: the upstream stream broke a bound or its framing",
+                );
+            }
+        } else if !had_error && pipe.state().error.is_some() {
             self.end.upstream_error_event();
         }
     }
@@ -174,8 +191,9 @@ impl<F: OnFinish> RelayBody<F> {
 
     /// The upstream stopped early: for a stream, queue the explicit error event.
     fn fail(&mut self, detail: &'static str, message: &str) {
-        self.catch_up();
+        // The upstream goes first: catching up must not fail the stream a second time.
         self.rest = None;
+        self.catch_up();
         self.end.mid_stream_error = true;
         self.end.detail.get_or_insert(detail);
         if let Some(p) = self.pipe.as_mut() {
@@ -277,9 +295,7 @@ impl<F: OnFinish> Body for RelayBody<F> {
                             } else {
                                 pipe.feed(data)
                             };
-                            if !had_error && pipe.state().error.is_some() {
-                                this.end.upstream_error_event();
-                            }
+                            this.read_state(had_error);
                             if !out.is_empty() {
                                 return Poll::Ready(Some(Ok(Frame::data(out))));
                             }

@@ -344,6 +344,7 @@ fn handle(
             upstreams: &rt.upstreams,
             deadline,
             stream_commit: server.stream_commit,
+            bounds: engine::attempt::Bounds::of(server),
             picker: &shared.picker,
             health: &shared.health,
             metrics: &shared.metrics,
