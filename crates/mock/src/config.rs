@@ -85,6 +85,10 @@ pub struct Behaviour {
     /// When the request offers tools: answer with this tool call instead of the text reply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call: Option<ToolCallConfig>,
+    /// Adds `content-encoding: <value>` to every answer (the body itself stays as it is), like a
+    /// proxy that labels what it did not encode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_encoding: Option<String>,
 }
 
 /// A scripted tool call (`toolCall`), sent when the request has tools.

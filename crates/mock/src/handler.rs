@@ -83,7 +83,16 @@ pub(crate) async fn handle(
     }
     ctx.model = facts.model.clone();
     ctx.include_stream_usage = facts.include_stream_usage;
-    Ok(dialect.respond(&ctx, &decision.outcome, facts.stream))
+    let mut res = dialect.respond(&ctx, &decision.outcome, facts.stream);
+    if let Some(v) = admission
+        .behaviour
+        .content_encoding
+        .as_deref()
+        .and_then(|v| HeaderValue::from_str(v).ok())
+    {
+        res.headers_mut().insert(http::header::CONTENT_ENCODING, v);
+    }
+    Ok(res)
 }
 
 /// `GET stats`, `POST models/{name}`, `POST reset`.
