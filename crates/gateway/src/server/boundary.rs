@@ -134,8 +134,8 @@ impl Secrets {
         let mut needles: Vec<Box<str>> = Vec::new();
         for v in values.into_iter().filter(|v| v.len() >= MIN_SECRET_LEN) {
             // A JSON body may spell the value escaped (`\"`, `\\`, control characters, `\/`).
-            let escaped = serde_json::to_string(&v).unwrap_or_default();
-            let escaped = &escaped[1..escaped.len().saturating_sub(1).max(1)];
+            let quoted = serde_json::to_string(&v).unwrap_or_default();
+            let escaped = quoted.get(1..quoted.len() - 1).unwrap_or_default();
             for spelling in [escaped.to_owned(), escaped.replace('/', "\\/"), v] {
                 if !needles.iter().any(|n| **n == *spelling) {
                     needles.push(spelling.into());
@@ -241,8 +241,9 @@ pub fn upstream_error(caller: Dialect, parts: &mut Parts, body: Bytes, secrets: 
                 Bytes::from(serde_json::to_vec(&v).unwrap_or_default())
             }
             Err(_) => {
-                let (_, message) = caller.parse_error(status, error_type(parts), &body);
-                let message = secrets.redact(&message).into_owned();
+                // Not JSON (a proxy's HTML page, plain text): its text becomes the message.
+                let text = String::from_utf8_lossy(&body);
+                let message = secrets.redact(text.trim()).into_owned();
                 render(caller, parts, &cap_message(&message), &body)
             }
         }
@@ -475,7 +476,12 @@ mod tests {
             &secrets(&["sk-gw-1234"]),
         );
         let v: Value = serde_json::from_slice(&out).unwrap();
-        assert!(v["message"].as_str().unwrap().len() <= MAX_ERROR_MESSAGE);
+        let m = v["message"].as_str().unwrap();
+        assert!(
+            m.len() <= MAX_ERROR_MESSAGE && m.starts_with("<html>yyy"),
+            "{m}"
+        );
+        assert!(!m.contains("sk-gw-1234"));
         assert_eq!(p.status, 502);
         assert_eq!(p.headers["content-type"], "application/json");
         assert!(p.headers.contains_key("x-amzn-errortype"));
