@@ -21,6 +21,7 @@ use std::path::Path;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use model::*;
+pub use redact::{redact_url, url_has_user_info};
 
 /// Loads and validates a config file, reading `env:` secrets from the process environment.
 /// A file that cannot be read becomes a single [`ConfigError`] without a position.

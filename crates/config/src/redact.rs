@@ -1,5 +1,8 @@
 //! The effective configuration as JSON, every secret replaced by `"***"` (for `GET /admin/config`).
 //! Keys and units match the config file, so the output reads like a fully-defaulted config.
+//! [`redact_url`] is the one way a URL is shown, here and in logs (SPEC §14).
+
+use std::borrow::Cow;
 
 use serde_json::{json, Map, Value};
 
@@ -9,7 +12,7 @@ const REDACTED: &str = "***";
 
 impl Config {
     /// The effective config (defaults applied, `env:` resolved) with every secret — API keys,
-    /// auth keys, the admin token, a Redis password — replaced by `"***"`.
+    /// auth keys, the admin token, a Redis password, credentials in any URL — replaced by `"***"`.
     pub fn redacted_json(&self) -> Value {
         json!({
             "source": self.source,
@@ -17,7 +20,7 @@ impl Config {
             "auth": self.auth.as_ref().map(auth),
             "state": self.state.as_ref().map(|s| json!({
                 "redis": s.redis.as_ref().map(|r| json!({
-                    "url": redact_url_password(&r.url),
+                    "url": redact_url(&r.url),
                     "keyPrefix": r.key_prefix,
                     "budgetMilliseconds": r.budget.as_millis() as u64,
                     "syncMilliseconds": r.sync_interval.as_millis() as u64,
@@ -34,7 +37,7 @@ impl Config {
                     RoutingSink::Off => "off".to_string(),
                     RoutingSink::File(p) => p.display().to_string(),
                 },
-                "otlpEndpoint": self.logging.otlp_endpoint,
+                "otlpEndpoint": self.logging.otlp_endpoint.as_deref().map(redact_url),
             },
         })
     }
@@ -100,25 +103,89 @@ fn auth(a: &Auth) -> Value {
     json!({ "keys": keys })
 }
 
-/// `redis://user:pass@host/0` → `redis://user:***@host/0`; URLs without a password are unchanged.
-fn redact_url_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return REDACTED.to_string();
+/// Query parameters whose values are hidden when a URL is shown: any name containing one of these
+/// (ASCII case ignored), e.g. `api_key`, `X-Amz-Signature`, `access_token`.
+const SECRET_PARAMS: [&str; 6] = ["key", "token", "secret", "password", "sig", "credential"];
+
+/// A URL as it may be shown (`/admin/config`, logs, messages): user info redacted
+/// (`redis://user:pass@host/0` → `redis://user:***@host/0`; a user alone, which may be a token,
+/// → `***@`), and the values of secret-looking query parameters ([`SECRET_PARAMS`]) replaced by
+/// `***`. Borrowed when there is nothing to hide. Text without a scheme is read as
+/// `host/path?query` (a mistyped URL shown in a `check` message).
+pub fn redact_url(url: &str) -> Cow<'_, str> {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, url),
     };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(authority_end);
-    let Some((userinfo, host)) = authority.rsplit_once('@') else {
-        return url.to_string();
+    let (path, query, fragment) = split_tail(tail);
+    let secret_param = |p: &&str| {
+        let name = p
+            .split_once('=')
+            .map_or(*p, |(n, _)| n)
+            .to_ascii_lowercase();
+        p.contains('=') && SECRET_PARAMS.iter().any(|s| name.contains(s))
     };
-    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-    format!("{scheme}://{user}:{REDACTED}@{host}{tail}")
+    let userinfo = authority.rsplit_once('@');
+    let query_secret = query.is_some_and(|q| q.split('&').any(|p| secret_param(&p)));
+    if userinfo.is_none() && !query_secret {
+        return Cow::Borrowed(url);
+    }
+    let mut out = scheme.map_or_else(String::new, |s| format!("{s}://"));
+    match userinfo {
+        Some((info, host)) => {
+            match info.split_once(':') {
+                Some((user, _)) => out.push_str(&format!("{user}:{REDACTED}@")),
+                None => out.push_str(&format!("{REDACTED}@")),
+            }
+            out.push_str(host);
+        }
+        None => out.push_str(authority),
+    }
+    out.push_str(path);
+    if let Some(q) = query {
+        out.push('?');
+        let params: Vec<Cow<'_, str>> = q
+            .split('&')
+            .map(|p| match p.split_once('=') {
+                Some((name, _)) if secret_param(&p) => Cow::Owned(format!("{name}={REDACTED}")),
+                _ => Cow::Borrowed(p),
+            })
+            .collect();
+        out.push_str(&params.join("&"));
+    }
+    if let Some(f) = fragment {
+        out.push('#');
+        out.push_str(f);
+    }
+    Cow::Owned(out)
+}
+
+/// Does a URL carry user info (`scheme://user[:password]@host`)?
+pub fn url_has_user_info(url: &str) -> bool {
+    url.split_once("://").is_some_and(|(_, rest)| {
+        rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())].contains('@')
+    })
+}
+
+/// `/path?query#fragment` → its three parts.
+fn split_tail(tail: &str) -> (&str, Option<&str>, Option<&str>) {
+    let (before, fragment) = match tail.split_once('#') {
+        Some((b, f)) => (b, Some(f)),
+        None => (tail, None),
+    };
+    match before.split_once('?') {
+        Some((path, query)) => (path, Some(query), fragment),
+        None => (before, None, fragment),
+    }
 }
 
 fn target(t: &Target) -> Value {
     json!({
         "name": t.name,
         "provider": t.provider.as_str(),
-        "baseUrl": t.base_url,
+        "baseUrl": redact_url(&t.base_url),
         "region": t.region,
         "apiKey": t.api_key.as_ref().map(|_| REDACTED),
         "models": t.models,

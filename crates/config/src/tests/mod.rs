@@ -386,6 +386,60 @@ fn redacted_json_hides_every_secret() {
 }
 
 #[test]
+fn urls_are_shown_without_credentials() {
+    for (url, shown) in [
+        ("https://api.openai.com/v1", "https://api.openai.com/v1"),
+        (
+            "redis://user:pw@127.0.0.1:6379/0",
+            "redis://user:***@127.0.0.1:6379/0",
+        ),
+        ("redis://:pw@127.0.0.1:6379", "redis://:***@127.0.0.1:6379"),
+        ("https://ghp_token@host/x", "https://***@host/x"),
+        ("https://a:b@c:d@host?e", "https://a:***@host?e"),
+        (
+            "https://h/v1?api-version=1&api_key=s1&X-Amz-Signature=s2&Access_Token=s3&pass=ok",
+            "https://h/v1?api-version=1&api_key=***&X-Amz-Signature=***&Access_Token=***&pass=ok",
+        ),
+        (
+            "http://h?PASSWORD=x&client_secret=y&credentials=z&sig=w#frag",
+            "http://h?PASSWORD=***&client_secret=***&credentials=***&sig=***#frag",
+        ),
+        ("http://h?key", "http://h?key"),
+        ("unix:///run/redis.sock", "unix:///run/redis.sock"),
+    ] {
+        assert_eq!(redact_url(url), shown, "{url}");
+    }
+    assert!(matches!(
+        redact_url("https://h/v1?x=1"),
+        std::borrow::Cow::Borrowed(_)
+    ));
+    assert!(url_has_user_info("http://u@h"));
+    assert!(!url_has_user_info("http://h/@x"));
+    assert!(!url_has_user_info("http://h?u=a@b"));
+}
+
+#[test]
+fn redacted_json_hides_credentials_in_every_url() {
+    let src = "\
+state: { redis: { url: \"redis://:rpw@r:6379/0?password=rpw2\" } }
+targets:
+  - { name: a, provider: openai, baseUrl: \"https://h/v1?api_key=qs1&v=2\" }
+logging: { otlpEndpoint: \"http://c:4318?token=qs2\" }
+";
+    let v = load(src).unwrap().redacted_json();
+    let text = v.to_string();
+    for secret in ["rpw", "qs1", "qs2"] {
+        assert!(!text.contains(secret), "{secret} leaked: {text}");
+    }
+    assert_eq!(v["targets"][0]["baseUrl"], "https://h/v1?api_key=***&v=2");
+    assert_eq!(v["logging"]["otlpEndpoint"], "http://c:4318?token=***");
+    assert_eq!(
+        v["state"]["redis"]["url"],
+        "redis://:***@r:6379/0?password=***"
+    );
+}
+
+#[test]
 fn sha256_keys_are_redacted_and_decoded() {
     let hex = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
     let src = format!(

@@ -553,6 +553,35 @@ fn base_url_must_be_http() {
 }
 
 #[test]
+fn base_url_must_not_carry_credentials() {
+    // It would be sent in `Host` and shown by /admin/config; the message never echoes it.
+    assert_eq!(
+        one_error(
+            "targets:\n  - name: a\n    provider: openai\n    baseUrl: https://u:hunter22@api.example.com/v1\n"
+        ),
+        "t.yaml:4:14: targets[0].baseUrl: must not carry credentials (user info in \
+         `https://u:***@api.example.com/v1`); give the key as `apiKey`"
+    );
+    assert_eq!(
+        one_error(
+            "targets:\n  - name: a\n    provider: openai\n    baseUrl: \"http://tok3n@10.0.0.1:8000?key=k\"\n"
+        ),
+        "t.yaml:4:14: targets[0].baseUrl: must not carry credentials (user info in \
+         `http://***@10.0.0.1:8000?key=***`); give the key as `apiKey`"
+    );
+    // An `@` in the path or query is not user info.
+    assert!(load(
+        "targets:\n  - name: a\n    provider: openai\n    baseUrl: http://h:1/v1/@team?x=a@b\n"
+    )
+    .is_ok());
+    // A mistyped URL is shown without its credentials either.
+    assert_eq!(
+        one_error("targets:\n  - name: a\n    provider: openai\n    baseUrl: u:pw@api.example.com\n"),
+        "t.yaml:4:14: targets[0].baseUrl: `u:***@api.example.com` is not an http:// or https:// URL"
+    );
+}
+
+#[test]
 fn connect_timeout_is_1_to_300000() {
     assert_eq!(
         one_error(
@@ -814,6 +843,21 @@ fn logging_level_and_routing() {
         one_error(&format!("{BASE}logging:\n  routing: \"\"\n")),
         "t.yaml:7:12: logging.routing: must be stdout, stderr, off or a file path"
     );
+}
+
+#[test]
+fn otlp_endpoint_must_not_carry_credentials() {
+    assert_eq!(
+        one_error(&format!(
+            "{BASE}logging:\n  otlpEndpoint: https://me:pw@collector:4318\n"
+        )),
+        "t.yaml:7:17: logging.otlpEndpoint: must not carry credentials (user info in \
+         `https://me:***@collector:4318`); send them as headers with OTEL_EXPORTER_OTLP_HEADERS"
+    );
+    assert!(load(&format!(
+        "{BASE}logging:\n  otlpEndpoint: http://collector:4318\n"
+    ))
+    .is_ok());
 }
 
 // ---- structural errors -------------------------------------------------------------------------

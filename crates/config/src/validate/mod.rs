@@ -537,10 +537,19 @@ fn logging(ctx: &mut Ctx<'_>, raw: RawLogging) -> Logging {
         Some(path) => RoutingSink::File(PathBuf::from(path)),
     };
     if let Some(endpoint) = &raw.otlp_endpoint {
+        let shown = crate::redact::redact_url(endpoint);
         if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
             ctx.err(
                 "logging.otlpEndpoint",
-                format!("`{endpoint}` is not an http:// or https:// URL"),
+                format!("`{shown}` is not an http:// or https:// URL"),
+            );
+        } else if crate::redact::url_has_user_info(endpoint) {
+            ctx.err(
+                "logging.otlpEndpoint",
+                format!(
+                    "must not carry credentials (user info in `{shown}`); send them as headers \
+                     with OTEL_EXPORTER_OTLP_HEADERS"
+                ),
             );
         }
     }

@@ -6,6 +6,7 @@ use super::Ctx;
 use crate::located::{join_index, join_key};
 use crate::model::*;
 use crate::raw::{RawBreaker, RawTarget};
+use crate::redact::{redact_url, url_has_user_info};
 
 const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
 const MAX_CONNECT_TIMEOUT_MS: i64 = 300_000;
@@ -66,7 +67,16 @@ fn target(
         if !(u.starts_with("http://") || u.starts_with("https://")) || u.len() <= "https://".len() {
             ctx.err(
                 &base_url_path,
-                format!("`{u}` is not an http:// or https:// URL"),
+                format!("`{}` is not an http:// or https:// URL", redact_url(u)),
+            );
+        } else if url_has_user_info(u) {
+            // It would be sent as part of `Host` and shown wherever the URL is.
+            ctx.err(
+                &base_url_path,
+                format!(
+                    "must not carry credentials (user info in `{}`); give the key as `apiKey`",
+                    redact_url(u)
+                ),
             );
         }
         u.trim_end_matches('/').to_string()

@@ -206,16 +206,18 @@ fn bad_gateway(mut parts: Parts, caller: Dialect, message: &str) -> Upstream {
     }
 }
 
+/// The body is now one the gateway wrote: JSON, without the upstream body's encoding or length.
 fn set_json(parts: &mut Parts) {
+    crate::server::boundary::body_rewritten(&mut parts.headers);
     parts.headers.insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/json"),
     );
-    parts.headers.remove(http::header::CONTENT_LENGTH);
 }
 
 /// An upstream error in another format → the same error in the caller's dialect (status
-/// preserved where the caller's dialect has it, type mapped). `Retry-After` and request ids stay.
+/// preserved where the caller's dialect has it, type mapped, message capped; the commit redacts
+/// credentials). `Retry-After` and request ids stay.
 fn translate_error(
     mut parts: Parts,
     body: &[u8],
@@ -229,6 +231,7 @@ fn translate_error(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let (error_type, message) = upstream.parse_error(status, header_type.as_deref(), body);
+    let message = crate::server::boundary::cap_message(&message);
     let r = caller.render_upstream_error(status, &error_type, &message);
     parts.status = http::StatusCode::from_u16(r.status).unwrap_or(parts.status);
     parts.headers.remove("x-amzn-errortype");

@@ -222,7 +222,10 @@ impl<F: OnFinish> RelayBody<F> {
 impl<F: OnFinish> Drop for RelayBody<F> {
     fn drop(&mut self) {
         if self.on_finish.is_some() {
-            if self.rest.is_some() || !self.held.is_empty() {
+            // A body of known length is dropped by the server once its last byte is written,
+            // without a last poll: the upstream's body having ended is not the caller leaving.
+            let rest_unread = self.rest.as_ref().is_some_and(|r| !r.is_end_stream());
+            if rest_unread || !self.held.is_empty() || self.trailer.is_some() {
                 self.end.caller_gone = true;
             }
             self.finish();

@@ -108,7 +108,7 @@ impl fmt::Debug for Traces {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.inner {
             None => f.write_str("Traces(off)"),
-            Some(i) => write!(f, "Traces({})", i.endpoint),
+            Some(i) => write!(f, "Traces({})", sidetrack_config::redact_url(&i.endpoint)),
         }
     }
 }
@@ -147,7 +147,13 @@ impl Traces {
             .with_endpoint(url.clone())
             .with_timeout(EXPORT_TIMEOUT)
             .build()
-            .map_err(|e| format!("logging.otlpEndpoint: cannot build the OTLP exporter: {e}"))?;
+            .map_err(|e| {
+                // The exporter's message may quote the URL: shown without credentials.
+                let e = e
+                    .to_string()
+                    .replace(&url, &sidetrack_config::redact_url(&url));
+                format!("logging.otlpEndpoint: cannot build the OTLP exporter: {e}")
+            })?;
         let mut resource =
             Resource::builder().with_attribute(KeyValue::new("service.version", VERSION));
         if std::env::var_os("OTEL_SERVICE_NAME").is_none() {

@@ -1,5 +1,6 @@
 //! The data-plane server: the route table and the phases of one request, in order.
 
+pub(crate) mod boundary;
 mod lifecycle;
 mod listen;
 mod respond;
@@ -38,6 +39,8 @@ pub struct Runtime {
     pub config: Arc<Config>,
     pub upstreams: Upstreams,
     pub keys: KeyTable,
+    /// The gateway's own credentials, kept out of what upstreams send back (SPEC §14).
+    pub secrets: boundary::Secrets,
 }
 
 impl Runtime {
@@ -45,6 +48,7 @@ impl Runtime {
         let upstreams = Upstreams::new(&config);
         let keys = KeyTable::new(config.auth.as_ref());
         Runtime {
+            secrets: boundary::Secrets::of(&config),
             config: Arc::new(config),
             upstreams,
             keys,

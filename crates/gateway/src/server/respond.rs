@@ -1,5 +1,6 @@
 //! Phase "commit": the one place where walk results and gateway errors become responses, with the
-//! `x-sidetrack-*` headers, the caller retry hint, and the routing log record.
+//! `x-sidetrack-*` headers, the caller retry hint, and the routing log record. Every request ends
+//! here with exactly one record: answered, or abandoned by its caller (`CANCELLED`).
 
 use axum::body::Body;
 use axum::response::Response;
@@ -19,7 +20,7 @@ use std::time::SystemTime;
 use crate::health::DestHealth;
 use crate::observe::metrics::InFlightGuard;
 use crate::observe::{ms, RequestId, RoutingRecord, ServedBy, UsageRecord};
-use crate::server::Shared;
+use crate::server::{boundary, Shared};
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-sidetrack-request-id");
 static SERVED_BY: HeaderName = HeaderName::from_static("x-sidetrack-served-by");
@@ -28,10 +29,13 @@ static FALLBACK_HOP: HeaderName = HeaderName::from_static("x-sidetrack-fallback-
 static SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
 static RETRY_AFTER_MS: HeaderName = HeaderName::from_static("retry-after-ms");
 
-/// What is known about a request as it moves through the phases.
+/// What is known about a request as it moves through the phases. Dropped before it finished (the
+/// caller went away and the server dropped the request's future), it writes the request's record
+/// as `CANCELLED` / `callerCancelled`.
 pub struct RequestCtx {
     shared: Arc<Shared>,
-    in_flight: InFlightGuard,
+    /// Handed to the relayed body at the commit; `None` after.
+    in_flight: Option<InFlightGuard>,
     pub started: Instant,
     pub request_id: RequestId,
     pub dialect: Dialect,
@@ -48,7 +52,15 @@ pub struct RequestCtx {
     trace_start: Option<SystemTime>,
     /// Tokens reserved under the principal's rate limit, settled with the real usage at the end.
     pub reservation: Option<crate::limits::Reservation>,
+    /// The record was written (or handed to the relayed body): nothing left for `Drop`.
+    finished: bool,
 }
+
+/// The routing record's `outcome` and `reason`, and the status logged, for a request whose caller
+/// went away (SPEC §14): 499 before any answer was sent, as nginx logs it.
+const CANCELLED: &str = "CANCELLED";
+const CALLER_CANCELLED: &str = "callerCancelled";
+const CLIENT_CLOSED_REQUEST: u16 = 499;
 
 /// Renders a gateway-made error in the caller's dialect (SPEC §6.3).
 pub fn error_response(
@@ -78,7 +90,7 @@ impl RequestCtx {
         server: &Server,
     ) -> RequestCtx {
         RequestCtx {
-            in_flight: shared.metrics.in_flight(),
+            in_flight: Some(shared.metrics.in_flight()),
             trace_start: shared.metrics.traces().start(),
             shared: shared.clone(),
             started: Instant::now(),
@@ -93,6 +105,7 @@ impl RequestCtx {
             headers_on: server.response_headers,
             retry_hint: server.caller_retry_hint,
             reservation: None,
+            finished: false,
         }
     }
 
@@ -132,8 +145,9 @@ impl RequestCtx {
     }
 
     /// Writes the routing record and the request metrics (SPEC §7: one line, one count per request).
-    fn finish(&self, rec: RoutingRecord, served: Option<&DestHealth>) {
-        settle(&self.shared, self.reservation.clone(), &rec);
+    fn finish(&mut self, rec: RoutingRecord, served: Option<&DestHealth>) {
+        self.finished = true;
+        settle(&self.shared, self.reservation.take(), &rec);
         finish_record(&self.shared, self.started, self.trace_start, rec, served);
     }
 
@@ -249,11 +263,25 @@ impl RequestCtx {
                 };
                 (error_response(self.dialect, kind, &msg, None), None)
             }
-            Some(Upstream::Buffered { parts, body }) => {
-                if parts.status.is_success() {
+            Some(Upstream::Buffered { mut parts, body }) => {
+                let body = if parts.status.is_success() {
                     usage = self.dialect.response_usage(&body);
-                }
-                (answer(parts, Body::from(body)), None)
+                    body
+                } else if parts.status.as_u16() >= 400 {
+                    // Capped, and the gateway's credentials redacted (no copy when there is none).
+                    // The runtime of the moment: after a reload, that config's credentials.
+                    let rt = self.shared.runtime.load();
+                    boundary::upstream_error(self.dialect, &mut parts, body, &rt.secrets)
+                } else {
+                    body
+                };
+                // Translated and re-rendered bodies have lost their encoding headers already; a
+                // stream's held bytes came through the pipe, which may have re-encoded them.
+                let unchanged = !is_stream_type(&parts);
+                (
+                    answer(parts, Body::from(body), self.dialect, unchanged),
+                    None,
+                )
             }
             Some(Upstream::Live {
                 parts,
@@ -261,10 +289,13 @@ impl RequestCtx {
                 rest,
                 pipe,
                 deadline,
-            }) => (
-                answer(parts, Body::empty()),
-                Some((held, rest, pipe, deadline)),
-            ),
+            }) => {
+                let unchanged = pipe.as_ref().is_none_or(|p| p.passes_through());
+                (
+                    answer(parts, Body::empty(), self.dialect, unchanged),
+                    Some((held, rest, pipe, deadline)),
+                )
+            }
         };
         let status = resp.status().as_u16();
 
@@ -316,19 +347,34 @@ impl RequestCtx {
                 resp
             }
             Some((held, rest, pipe, deadline)) => {
+                // From here the relayed body writes the record, also when the caller goes away.
+                self.finished = true;
                 let finish = Finish {
                     shared: self.shared.clone(),
                     started: self.started,
                     trace_start: self.trace_start,
                     rec,
                     health,
-                    reservation: self.reservation,
-                    _in_flight: self.in_flight,
+                    reservation: self.reservation.take(),
+                    _in_flight: self.in_flight.take(),
                 };
                 let body = RelayBody::new(held, rest, pipe, self.dialect, deadline, finish);
                 let (parts, _) = resp.into_parts();
                 Response::from_parts(parts, Body::new(body))
             }
+        }
+    }
+}
+
+impl Drop for RequestCtx {
+    /// The request's future was dropped before it answered: the caller disconnected (or the server
+    /// gave up on the connection). Whatever the walk was doing was cancelled with the future (its
+    /// upstream connection dropped); the request is still logged and counted. Costs a flag test
+    /// for every request that finished normally.
+    fn drop(&mut self) {
+        if !self.finished {
+            let rec = self.record(CANCELLED, CALLER_CANCELLED, CLIENT_CLOSED_REQUEST);
+            self.finish(rec, None);
         }
     }
 }
@@ -342,35 +388,36 @@ fn small_number(n: usize) -> HeaderValue {
     }
 }
 
-/// Headers of an upstream answer that describe its hop, not the answer: never passed on. (A match
-/// on the name compiles to a length switch and one compare.)
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "proxy-connection"
-            | "transfer-encoding"
-            | "upgrade"
-            | "te"
-            | "trailer"
-            | "content-length"
-    )
+/// Is the answer a stream (server-sent events or Bedrock's event stream)?
+fn is_stream_type(parts: &http::response::Parts) -> bool {
+    parts.headers.get(CONTENT_TYPE).is_some_and(|v| {
+        v.as_bytes().starts_with(b"text/event-stream")
+            || v.as_bytes()
+                .starts_with(b"application/vnd.amazon.eventstream")
+    })
 }
 
-/// The caller's response for an upstream answer: its status and headers (the upstream's map,
-/// reused, minus the hop-by-hop ones; the body sets its own length).
-fn answer(parts: http::response::Parts, body: Body) -> Response {
+/// The caller's response for an upstream answer: its status and the headers on the allow-list of
+/// [`boundary::relayed`] (the upstream's map, reused; the body sets its own length).
+/// `unchanged_body`: the caller gets the upstream's bytes as they came, so their `content-encoding`
+/// still describes them.
+fn answer(
+    parts: http::response::Parts,
+    body: Body,
+    caller: Dialect,
+    unchanged_body: bool,
+) -> Response {
     let mut r = Response::new(body);
     *r.status_mut() = parts.status;
     let mut headers = parts.headers;
-    // Seldom more than `content-length`: only the names present are looked up again.
-    let present: smallvec::SmallVec<[HeaderName; 2]> = headers
+    // Usually `content-length`, `date` and a few provider headers: only the names present are
+    // looked up again.
+    let dropped: smallvec::SmallVec<[HeaderName; 4]> = headers
         .keys()
-        .filter(|k| is_hop_by_hop(k))
+        .filter(|k| !boundary::relayed(k, caller, unchanged_body))
         .cloned()
         .collect();
-    for name in present {
+    for name in dropped {
         headers.remove(name);
     }
     *r.headers_mut() = headers;
@@ -387,7 +434,7 @@ struct Finish {
     health: Arc<DestHealth>,
     reservation: Option<crate::limits::Reservation>,
     /// The request stays in flight until its body ends.
-    _in_flight: InFlightGuard,
+    _in_flight: Option<InFlightGuard>,
 }
 
 impl OnFinish for Finish {
@@ -406,7 +453,11 @@ impl OnFinish for Finish {
             input_tokens: u.input_tokens,
             output_tokens: u.output_tokens,
         });
-        if end.mid_stream_error && !end.caller_gone {
+        if end.caller_gone {
+            // Abandoned mid-body: the upstream's connection went with the body (SPEC §14).
+            rec.outcome = CANCELLED;
+            rec.reason = CALLER_CANCELLED.into();
+        } else if end.mid_stream_error {
             rec.outcome = "ERROR";
             shared.health.record_mid_stream_failure(&health);
             shared
@@ -418,15 +469,19 @@ impl OnFinish for Finish {
     }
 }
 
-/// Replaces a rate-limit token reservation with the tokens the request really used.
+/// Replaces a rate-limit token reservation with the tokens the request really used. When an
+/// answer was sent (or abandoned by its caller) without usage — a stream that reported none, a body
+/// too large to read it from — the reservation stays as the estimate (prompt bytes / 4 plus the
+/// requested or default output): never zero, or a limit would not hold for such streams (SPEC
+/// §14). A request that produced nothing (refused, unroutable, an error answer) uses none.
 fn settle(shared: &Shared, reservation: Option<crate::limits::Reservation>, rec: &RoutingRecord) {
-    if let Some(r) = reservation {
-        let used = rec
-            .usage
-            .map(|u| u.input_tokens + u.output_tokens)
-            .unwrap_or(0);
-        shared.limiter.settle(r, used);
-    }
+    let Some(r) = reservation else { return };
+    let used = match rec.usage {
+        Some(u) => u.input_tokens + u.output_tokens,
+        None if rec.outcome == CANCELLED || (rec.committed && rec.status < 400) => return,
+        None => 0,
+    };
+    shared.limiter.settle(r, used);
 }
 
 /// The end of every request: metrics, token counts, the request span (it ends here, when the
@@ -473,49 +528,64 @@ mod tests {
         }
     }
 
-    #[test]
-    fn hop_by_hop_names_are_exactly_the_eight() {
-        for name in [
-            http::header::CONNECTION,
-            HeaderName::from_static("keep-alive"),
-            HeaderName::from_static("proxy-connection"),
-            http::header::TRANSFER_ENCODING,
-            http::header::UPGRADE,
-            http::header::TE,
-            http::header::TRAILER,
-            http::header::CONTENT_LENGTH,
-        ] {
-            assert!(is_hop_by_hop(&name), "{name}");
+    fn upstream_parts(headers: &[(&'static str, &'static str)]) -> http::response::Parts {
+        let (mut parts, ()) = http::Response::new(()).into_parts();
+        for (k, v) in headers {
+            parts
+                .headers
+                .append(HeaderName::from_static(k), HeaderValue::from_static(v));
         }
-        for name in [
-            "content-type",
-            "date",
-            "x-request-id",
-            "retry-after",
-            "tea",
-            "t",
-        ] {
-            assert!(!is_hop_by_hop(&HeaderName::from_static(name)), "{name}");
-        }
+        parts
+    }
+
+    fn names(r: &Response) -> Vec<&str> {
+        let mut names: Vec<&str> = r.headers().keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
+        names
     }
 
     #[test]
-    fn hop_by_hop_headers_are_dropped_and_the_rest_kept() {
-        let (mut parts, ()) = http::Response::new(()).into_parts();
-        for (k, v) in [
+    fn only_allow_listed_upstream_headers_reach_the_caller() {
+        let parts = upstream_parts(&[
             ("content-type", "application/json"),
             ("content-length", "12"),
             ("connection", "keep-alive"),
             ("keep-alive", "timeout=5"),
+            ("transfer-encoding", "chunked"),
+            ("set-cookie", "a=1"),
+            ("set-cookie", "b=2"),
+            ("server", "envoy"),
+            ("x-internal-route", "pod-7"),
             ("x-request-id", "abc"),
-        ] {
-            parts
-                .headers
-                .insert(HeaderName::from_static(k), HeaderValue::from_static(v));
-        }
-        let r = answer(parts, Body::empty());
-        let mut names: Vec<&str> = r.headers().keys().map(HeaderName::as_str).collect();
-        names.sort_unstable();
-        assert_eq!(names, ["content-type", "x-request-id"]);
+            ("x-ratelimit-remaining-requests", "9"),
+            ("retry-after", "3"),
+            ("content-encoding", "gzip"),
+        ]);
+        let r = answer(parts, Body::empty(), Dialect::OpenAiChat, true);
+        assert_eq!(
+            names(&r),
+            [
+                "content-encoding",
+                "content-type",
+                "retry-after",
+                "x-ratelimit-remaining-requests",
+                "x-request-id"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_rewritten_body_loses_its_encoding() {
+        let parts = upstream_parts(&[
+            ("content-type", "application/json"),
+            ("content-encoding", "gzip"),
+            ("x-amzn-bedrock-content-type", "application/json"),
+            ("x-amzn-bedrock-invocation-latency", "12"),
+        ]);
+        let r = answer(parts, Body::empty(), Dialect::OpenAiChat, false);
+        assert_eq!(
+            names(&r),
+            ["content-type", "x-amzn-bedrock-invocation-latency"]
+        );
     }
 }
