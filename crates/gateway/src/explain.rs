@@ -17,10 +17,11 @@ pub fn explain(cfg: &Config, model: &str, principal: &str, dialect: &str) -> Str
         out,
         "request: model `{model}`, principal `{principal}`, dialect {dialect}"
     );
+    write_access(&mut out, cfg, model, principal);
     if let Some(plan) = routing::pinned(cfg, model) {
         let _ = writeln!(
             out,
-            "route: PINNED (`target/model` names the target; rules are not consulted)"
+            "route: PINNED (`target/model` names the target; rules are not consulted; the model is sent whatever the target's `models` list)"
         );
         for hop in &plan.hops {
             for d in &hop.destinations {
@@ -28,6 +29,16 @@ pub fn explain(cfg: &Config, model: &str, principal: &str, dialect: &str) -> Str
             }
         }
         return out;
+    }
+    if !cfg.server.allow_pinning
+        && model
+            .split_once('/')
+            .is_some_and(|(t, _)| cfg.target(t).is_some())
+    {
+        let _ = writeln!(
+            out,
+            "pinning: off (server.allowPinning: false) — `{model}` is an ordinary model name"
+        );
     }
     if let Some(rule) = find_rule(cfg, model, principal) {
         let _ = writeln!(
@@ -91,6 +102,52 @@ pub fn explain(cfg: &Config, model: &str, principal: &str, dialect: &str) -> Str
     out
 }
 
+/// The access check (SPEC §5.2): the principal's `auth.keys[].models`, against the model part of a
+/// pin or the model as written. Rule conditions select; only this refuses (403).
+fn write_access(out: &mut String, cfg: &Config, model: &str, principal: &str) {
+    let Some(auth) = &cfg.auth else {
+        return;
+    };
+    let keys: Vec<(usize, &sidetrack_config::ApiKey)> = auth
+        .keys
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| k.principal == principal)
+        .collect();
+    if keys.is_empty() {
+        let _ = writeln!(
+            out,
+            "access: no key in auth.keys has principal `{principal}` (callers without a valid key get 401)"
+        );
+        return;
+    }
+    let name = routing::access_name(cfg, model);
+    let checked = if name == model {
+        format!("`{model}`")
+    } else {
+        format!("`{name}` (the model part of the pin)")
+    };
+    for (i, k) in keys {
+        match &k.models {
+            None => {
+                let _ = writeln!(out, "access: allowed (auth.keys[{i}] has no `models` list)");
+            }
+            Some(globs) if globs.iter().any(|g| crate::glob::glob_match(g, name)) => {
+                let _ = writeln!(
+                    out,
+                    "access: allowed — {checked} matches auth.keys[{i}].models {globs:?}"
+                );
+            }
+            Some(globs) => {
+                let _ = writeln!(
+                    out,
+                    "access: DENIED (403 before any route) — {checked} matches none of auth.keys[{i}].models {globs:?}"
+                );
+            }
+        }
+    }
+}
+
 fn default_policy() -> HopPolicy {
     HopPolicy {
         triggers: sidetrack_resilience::Triggers::default_set(),
@@ -137,7 +194,7 @@ fn write_hop(out: &mut String, hop: usize, t: &Target, model: &str, p: &HopPolic
         if serves {
             ""
         } else {
-            "  ← target does not list this model: UNROUTABLE"
+            "  ← not in the target's `models`; sent anyway (only default routing reads them)"
         }
     );
     let inherit = if in_rule && hop > 0 {
