@@ -261,7 +261,7 @@ pub struct Health {
     adding: Mutex<()>,
     /// Which destinations are declared, and how many others are kept.
     bound: RwLock<Bound>,
-    /// Destinations inserted so far: the clock of `DestHealth::last_used`.
+    /// Twice the destinations inserted so far: the clock of `DestHealth::last_used`.
     tick: AtomicU64,
     /// Breaker policy per target name (from the current config).
     policies: RwLock<HashMap<String, BreakerConfig>>,
@@ -392,8 +392,10 @@ impl Health {
         ));
         d.metrics.breaker_state(0);
         if keep {
-            let tick = self.tick.fetch_add(1, Ordering::Relaxed) + 1;
-            d.touch(tick);
+            // Lookups note the current (even) tick; an insertion takes the odd one after it and
+            // moves the clock on, so it counts as used after every earlier lookup and before every
+            // later one.
+            d.touch(self.tick.fetch_add(2, Ordering::Relaxed) + 1);
             next.entry(target.to_owned())
                 .or_default()
                 .insert(model.to_owned(), d.clone());
