@@ -269,3 +269,60 @@ fn breaker(b: &BreakerPolicy) -> String {
     s.push_str("  (* = default)");
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::explain;
+
+    const CONFIG: &str = r#"
+auth:
+  keys:
+    - { principal: team-a, key: key-a }
+    - { principal: team-b, key: key-b, models: ["gpt-*"] }
+targets:
+  - { name: oa, provider: openai, baseUrl: "http://127.0.0.1:9/v1", models: ["gpt-4o*"] }
+  - { name: other, provider: openai, baseUrl: "http://127.0.0.1:9/v1", models: ["other-*"] }
+rules:
+  - name: a-only
+    priority: 1
+    matchModels: ["gpt-4o"]
+    matchPrincipals: ["team-a"]
+    routeToTarget:
+      staticRoute: { target: other, model: not-listed }
+"#;
+
+    fn config(extra: &str) -> sidetrack_config::Config {
+        sidetrack_config::load_str(&format!("{extra}{CONFIG}"), "t.yaml")
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_principal_outside_a_rule_is_explained_as_default_routing() {
+        let cfg = config("");
+        let a = explain(&cfg, "gpt-4o", "team-a", "openai-chat");
+        assert!(a.contains("route: RULE `a-only`"), "{a}");
+        assert!(a.contains("sent anyway"), "{a}");
+        let b = explain(&cfg, "gpt-4o", "team-b", "openai-chat");
+        assert!(b.contains("route: DEFAULT"), "{b}");
+        assert!(b.contains("destination oa/gpt-4o"), "{b}");
+        assert!(b.contains("access: allowed"), "{b}");
+    }
+
+    #[test]
+    fn access_is_checked_by_a_pins_model_part_and_pins_can_be_off() {
+        let cfg = config("");
+        let ok = explain(&cfg, "oa/gpt-4o-mini", "team-b", "openai-chat");
+        assert!(ok.contains("route: PINNED"), "{ok}");
+        assert!(
+            ok.contains("`gpt-4o-mini` (the model part of the pin) matches"),
+            "{ok}"
+        );
+        let denied = explain(&cfg, "other/claude-x", "team-b", "openai-chat");
+        assert!(denied.contains("access: DENIED"), "{denied}");
+        let off = config("server: { allowPinning: false }\n");
+        let text = explain(&off, "oa/gpt-4o-mini", "team-a", "openai-chat");
+        assert!(text.contains("pinning: off"), "{text}");
+        assert!(!text.contains("route: PINNED"), "{text}");
+        assert!(text.contains("route: UNROUTABLE"), "{text}");
+    }
+}

@@ -1237,6 +1237,68 @@ mod tests {
     }
 
     #[test]
+    fn model_labels_past_the_dynamic_bound_are_other() {
+        let m = Metrics::new();
+        m.set_max_dynamic_destinations(2);
+        let ms = Duration::from_millis(1);
+        // Declared destinations do not count against the bound.
+        for i in 0..5 {
+            m.destination("t", &format!("declared-{i}"), true)
+                .attempt("SUCCESS", ms, None);
+        }
+        for model in ["a", "b", "c", "d", "a"] {
+            m.destination("t", model, false)
+                .attempt("SUCCESS", ms, None);
+        }
+        m.skip("t", "e", "BREAKER_OPEN");
+        m.mid_stream_error("t", "b");
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_attempts_total{target="t",model="declared-4",outcome="SUCCESS"}"#
+            ),
+            "1"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_attempts_total{target="t",model="a",outcome="SUCCESS"}"#
+            ),
+            "2"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_attempts_total{target="t",model="_other",outcome="SUCCESS"}"#
+            ),
+            "2"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_skips_total{target="t",model="_other",why="BREAKER_OPEN"}"#
+            ),
+            "1"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_mid_stream_errors_total{target="t",model="b"}"#
+            ),
+            "1"
+        );
+        let text = m.render();
+        assert!(!text.contains("model=\"c\""), "{text}");
+        assert!(!text.contains(r#"sidetrack_breaker_state{target="t",model="_other"}"#));
+        // Raising the bound admits new names; lowering it takes no label away.
+        m.set_max_dynamic_destinations(3);
+        assert_eq!(m.destination("t", "c", false).model_label(), "c");
+        m.set_max_dynamic_destinations(1);
+        assert_eq!(m.destination("t", "b", false).model_label(), "b");
+        assert_eq!(m.destination("t", "z", false).model_label(), OTHER_MODEL);
+    }
+
+    #[test]
     fn content_type_is_prometheus_text() {
         assert_eq!(
             Metrics::CONTENT_TYPE,
