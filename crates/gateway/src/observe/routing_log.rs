@@ -84,7 +84,7 @@ pub struct RoutingRecord {
 /// random bits from the thread's CSPRNG (rand's ChaCha12 `ThreadRng`, reseeded from the OS; no
 /// syscall, lock or allocation per id), so an id can be neither guessed nor used to count
 /// requests (SPEC §14). Written as 32 lower-case hex digits without hyphens: the id is also the
-/// request's trace id, whose W3C form that is (docs/decisions/0004-bounds-and-names.md). A value:
+/// request's trace id, whose W3C form that is (docs/decisions/0004-names-labels-and-selection.md). A value:
 /// the context, the routing record and the response header each hold a copy.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RequestId([u8; 32]);
