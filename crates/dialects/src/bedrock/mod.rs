@@ -55,7 +55,6 @@ pub fn parse_request(
         json_schema,
         estimated_prompt_tokens: (body.len() as u64) / 4,
     };
-    drop(top);
     Ok(ParsedRequest::with_path_model(
         dialect,
         model_id.to_owned(),
