@@ -1,13 +1,20 @@
 //! The parsed caller request, kept for the whole walk so every hop can re-render it.
 
+use std::borrow::Cow;
+use std::collections::HashSet;
 use std::fmt;
 use std::ops::Range;
 
 use bytes::{Bytes, BytesMut};
-use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::Dialect;
+
+/// The longest model name a caller may send, in bytes (SPEC §14 "Names and labels"): in the body's
+/// `model` and in a Bedrock path's `{modelId}` alike. Longer names are refused before they reach
+/// routing, the routing log, breaker entries or metric labels.
+pub const MAX_MODEL_NAME_BYTES: usize = 256;
 
 /// What the request uses, for eligibility checks (SPEC §5.7).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -55,6 +62,22 @@ pub enum ParseError {
         field: &'static str,
         expected: &'static str,
     },
+    /// The model name is longer than [`MAX_MODEL_NAME_BYTES`].
+    ModelNameTooLong,
+    /// A top-level key appears twice (SPEC §14 "Bodies"): which value counts would depend on the
+    /// parser, and upstreams may read another one than routing did. Holds the key, cut to 64 bytes.
+    DuplicateKey(String),
+}
+
+impl ParseError {
+    /// The routing log's `gatewayRejected:<why>` for this error.
+    pub fn why(&self) -> &'static str {
+        match self {
+            ParseError::ModelNameTooLong => "modelNameTooLong",
+            ParseError::DuplicateKey(_) => "duplicateKey",
+            _ => "invalidRequest",
+        }
+    }
 }
 
 impl fmt::Display for ParseError {
@@ -66,20 +89,37 @@ impl fmt::Display for ParseError {
                 f.write_str("you must provide a model parameter (`model` is missing or empty)")
             }
             ParseError::BadField { field, expected } => write!(f, "`{field}` must be {expected}"),
+            ParseError::ModelNameTooLong => write!(
+                f,
+                "the model name is longer than {MAX_MODEL_NAME_BYTES} bytes"
+            ),
+            ParseError::DuplicateKey(key) => {
+                write!(f, "the request body repeats the top-level key `{key}`")
+            }
         }
     }
 }
 
 impl std::error::Error for ParseError {}
 
-/// A caller body as text and its top level read as `T` (a reader of a JSON object): a body that
-/// is not UTF-8 or not JSON is `NotJson`, JSON that is not an object `NotAnObject`.
-pub(crate) fn parse_top<'b, T: Deserialize<'b>>(
-    body: &'b [u8],
-) -> Result<(&'b str, T), ParseError> {
+/// A caller body as text and its top-level members (see [`TopMembers`]): a body that is not UTF-8
+/// or not JSON is `NotJson`, JSON that is not an object `NotAnObject`, an object that repeats a
+/// top-level key `DuplicateKey`. Reads as `serde_json::from_str` does (value, then only
+/// whitespace), so its errors and their messages are serde_json's.
+pub(crate) fn parse_top(body: &[u8]) -> Result<(&str, TopMembers<'_>), ParseError> {
     let text = std::str::from_utf8(body).map_err(|e| ParseError::NotJson(e.to_string()))?;
-    match serde_json::from_str(text) {
+    let mut duplicate = None;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let read = TopMembersSeed {
+        duplicate: &mut duplicate,
+    }
+    .deserialize(&mut de)
+    .and_then(|top| de.end().map(|()| top));
+    match read {
         Ok(top) => Ok((text, top)),
+        Err(_) if duplicate.is_some() => {
+            Err(ParseError::DuplicateKey(duplicate.unwrap_or_default()))
+        }
         Err(e) if e.classify() == serde_json::error::Category::Data => Err(ParseError::NotAnObject),
         Err(e) => Err(ParseError::NotJson(e.to_string())),
     }
@@ -90,7 +130,7 @@ impl ParsedRequest {
     /// tree of the whole document: the few top-level values routing reads stay raw slices of the
     /// input and every other value is only checked (see `TopMembers`).
     pub fn parse_json_top(dialect: Dialect, body: Bytes) -> Result<ParsedRequest, ParseError> {
-        let (text, top) = parse_top::<TopMembers<'_>>(&body)?;
+        let (text, top) = parse_top(&body)?;
         let request = Self::from_members(dialect, text, &top)?;
         Ok(ParsedRequest { body, ..request })
     }
@@ -102,6 +142,12 @@ impl ParsedRequest {
         top: &TopMembers<'_>,
     ) -> Result<ParsedRequest, ParseError> {
         let raw_model = top.model.ok_or(ParseError::MissingModel)?;
+        // An escape is at most 6 bytes for 1 (`\u0041`), so a longer string is too long decoded
+        // too: refused without decoding it.
+        if raw_model.get().starts_with('"') && raw_model.get().len() > MAX_MODEL_NAME_BYTES * 6 + 2
+        {
+            return Err(ParseError::ModelNameTooLong);
+        }
         let model: String =
             serde_json::from_str(raw_model.get()).map_err(|_| ParseError::BadField {
                 field: "model",
@@ -109,6 +155,9 @@ impl ParsedRequest {
             })?;
         if model.trim().is_empty() {
             return Err(ParseError::MissingModel);
+        }
+        if model.len() > MAX_MODEL_NAME_BYTES {
+            return Err(ParseError::ModelNameTooLong);
         }
         let start = raw_model.get().as_ptr() as usize - text.as_ptr() as usize;
         let model_span = start..start + raw_model.get().len();
@@ -187,31 +236,41 @@ impl ParsedRequest {
     }
 }
 
-/// The top-level members [`ParsedRequest::parse_json_top`] reads, as raw slices of the body.
+/// The top-level members the dialects' `parse_request` read, as raw slices of the body.
 ///
 /// It replaces a `BTreeMap<Cow<str>, &RawValue>` of every member, which cost an allocation or more
-/// per member on every request, and reads the same way. The top level must be a map, or serde
-/// reports a `Data` error. Keys are decoded, escapes included, before they are matched. A
-/// repeated key keeps its last value. Every other value is skipped with `IgnoredAny`, which runs
-/// the same syntax check as reading a `&RawValue` (serde_json's `ignore_value`), so errors and
-/// their messages are unchanged.
+/// per member on every request. The top level must be a map, or serde reports a `Data` error. Keys
+/// are decoded, escapes included, before they are matched and compared, so `"mod\u0065l"` is
+/// `model`. A key that repeats ends the read ([`TopMembersSeed`]). Every other value is skipped with
+/// `IgnoredAny`, which runs the same syntax check as reading a `&RawValue` (serde_json's
+/// `ignore_value`), so errors and their messages are unchanged.
 #[derive(Default)]
-struct TopMembers<'a> {
-    model: Option<&'a RawValue>,
-    stream: Option<&'a RawValue>,
-    tools: Option<&'a RawValue>,
-    response_format: Option<&'a RawValue>,
+pub(crate) struct TopMembers<'a> {
+    pub(crate) model: Option<&'a RawValue>,
+    pub(crate) stream: Option<&'a RawValue>,
+    pub(crate) tools: Option<&'a RawValue>,
+    pub(crate) response_format: Option<&'a RawValue>,
+    /// Bedrock Converse's tools.
+    pub(crate) tool_config: Option<&'a RawValue>,
+    /// Structured output in Bedrock InvokeModel's Anthropic body.
+    pub(crate) output_format: Option<&'a RawValue>,
 }
 
-impl<'de> Deserialize<'de> for TopMembers<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_map(TopMembersVisitor)
+/// Reads [`TopMembers`] and refuses a repeated top-level key, noting it in `duplicate` (a serde
+/// error carries only a message; this is how [`parse_top`] tells it from a non-object).
+struct TopMembersSeed<'s> {
+    duplicate: &'s mut Option<String>,
+}
+
+impl<'de> DeserializeSeed<'de> for TopMembersSeed<'_> {
+    type Value = TopMembers<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
     }
 }
 
-struct TopMembersVisitor;
-
-impl<'de> Visitor<'de> for TopMembersVisitor {
+impl<'de> Visitor<'de> for TopMembersSeed<'_> {
     type Value = TopMembers<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -219,34 +278,120 @@ impl<'de> Visitor<'de> for TopMembersVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<TopMembers<'de>, A::Error> {
+        let duplicate = self.duplicate;
+        let mut repeated = |key: &str| -> A::Error {
+            *duplicate = Some(shown_key(key));
+            serde::de::Error::custom("a top-level key repeats")
+        };
         let mut top = TopMembers::default();
-        while let Some(key) = map.next_key::<TopKey>()? {
-            let slot = match key {
-                TopKey::Model => &mut top.model,
-                TopKey::Stream => &mut top.stream,
-                TopKey::Tools => &mut top.tools,
-                TopKey::ResponseFormat => &mut top.response_format,
-                TopKey::Other => {
+        let mut others = SeenKeys::new();
+        while let Some(key) = map.next_key::<TopKey<'de>>()? {
+            let (slot, name) = match key {
+                TopKey::Model => (&mut top.model, "model"),
+                TopKey::Stream => (&mut top.stream, "stream"),
+                TopKey::Tools => (&mut top.tools, "tools"),
+                TopKey::ResponseFormat => (&mut top.response_format, "response_format"),
+                TopKey::ToolConfig => (&mut top.tool_config, "toolConfig"),
+                TopKey::OutputFormat => (&mut top.output_format, "output_format"),
+                TopKey::Other(key) => {
+                    if let Err(key) = others.insert(key) {
+                        return Err(repeated(&key));
+                    }
                     map.next_value::<IgnoredAny>()?;
                     continue;
                 }
             };
+            if slot.is_some() {
+                return Err(repeated(name));
+            }
             *slot = Some(map.next_value()?);
         }
         Ok(top)
     }
 }
 
-/// A top-level key, matched after decoding (so `"mod\u0065l"` is `model`) without keeping it.
-enum TopKey {
+/// A key as the error message shows it: at most 64 bytes (a key can be megabytes long).
+fn shown_key(key: &str) -> String {
+    let mut end = key.len().min(64);
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    key[..end].to_owned()
+}
+
+/// How many other keys [`SeenKeys`] keeps in place before it moves them to a hash set.
+const INLINE_KEYS: usize = 16;
+
+/// The top-level keys seen so far that [`TopMembers`] does not read. A body has a handful: they
+/// are kept in place (borrowed from the body unless the key had an escape) and compared one by
+/// one, with no allocation and no hashing. Past [`INLINE_KEYS`] they move to a hash set, so a body
+/// of many keys is still checked in linear time.
+struct SeenKeys<'de> {
+    inline: [Cow<'de, str>; INLINE_KEYS],
+    len: usize,
+    spilled: Option<HashSet<Cow<'de, str>>>,
+}
+
+impl<'de> SeenKeys<'de> {
+    fn new() -> SeenKeys<'de> {
+        SeenKeys {
+            inline: [const { Cow::Borrowed("") }; INLINE_KEYS],
+            len: 0,
+            spilled: None,
+        }
+    }
+
+    /// Adds `key`; gives it back if it was seen before.
+    fn insert(&mut self, key: Cow<'de, str>) -> Result<(), Cow<'de, str>> {
+        if let Some(set) = &mut self.spilled {
+            if set.contains(&key) {
+                return Err(key);
+            }
+            set.insert(key);
+            return Ok(());
+        }
+        if self.inline[..self.len].contains(&key) {
+            return Err(key);
+        }
+        if self.len < INLINE_KEYS {
+            self.inline[self.len] = key;
+            self.len += 1;
+            return Ok(());
+        }
+        let mut set: HashSet<Cow<'de, str>> = self.inline.iter_mut().map(std::mem::take).collect();
+        set.insert(key);
+        self.spilled = Some(set);
+        Ok(())
+    }
+}
+
+/// A top-level key, matched after decoding (so `"mod\u0065l"` is `model`). Other keys are kept
+/// for the repeat check, borrowed from the body when they have no escape.
+enum TopKey<'de> {
     Model,
     Stream,
     Tools,
     ResponseFormat,
-    Other,
+    ToolConfig,
+    OutputFormat,
+    Other(Cow<'de, str>),
 }
 
-impl<'de> Deserialize<'de> for TopKey {
+impl TopKey<'_> {
+    fn known(key: &str) -> Option<TopKey<'static>> {
+        Some(match key {
+            "model" => TopKey::Model,
+            "stream" => TopKey::Stream,
+            "tools" => TopKey::Tools,
+            "response_format" => TopKey::ResponseFormat,
+            "toolConfig" => TopKey::ToolConfig,
+            "output_format" => TopKey::OutputFormat,
+            _ => return None,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for TopKey<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_str(TopKeyVisitor)
     }
@@ -254,21 +399,19 @@ impl<'de> Deserialize<'de> for TopKey {
 
 struct TopKeyVisitor;
 
-impl Visitor<'_> for TopKeyVisitor {
-    type Value = TopKey;
+impl<'de> Visitor<'de> for TopKeyVisitor {
+    type Value = TopKey<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a string")
     }
 
-    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<TopKey, E> {
-        Ok(match key {
-            "model" => TopKey::Model,
-            "stream" => TopKey::Stream,
-            "tools" => TopKey::Tools,
-            "response_format" => TopKey::ResponseFormat,
-            _ => TopKey::Other,
-        })
+    fn visit_borrowed_str<E: serde::de::Error>(self, key: &'de str) -> Result<TopKey<'de>, E> {
+        Ok(TopKey::known(key).unwrap_or(TopKey::Other(Cow::Borrowed(key))))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<TopKey<'de>, E> {
+        Ok(TopKey::known(key).unwrap_or_else(|| TopKey::Other(Cow::Owned(key.to_owned()))))
     }
 }
 
@@ -326,16 +469,53 @@ mod tests {
         ));
     }
 
-    /// `parse_json_top` as it was before `TopMembers`: every member into a map.
+    /// Every top-level member in order, as a plain serde map visitor reads them.
+    struct AllMembers<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+    impl<'de> Deserialize<'de> for AllMembers<'de> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = AllMembers<'de>;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("a map")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                    let mut all = Vec::new();
+                    while let Some(entry) = map.next_entry()? {
+                        all.push(entry);
+                    }
+                    Ok(AllMembers(all))
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+
+    /// `parse_json_top` as it was before `TopMembers` (every member into a collection), plus the
+    /// repeat check done afterwards on the whole list.
     fn reference_parse(dialect: Dialect, body: Bytes) -> Result<ParsedRequest, ParseError> {
-        use std::borrow::Cow;
-        use std::collections::BTreeMap;
-        let (text, top) = parse_top::<BTreeMap<Cow<'_, str>, &RawValue>>(&body)?;
+        let text = std::str::from_utf8(&body).map_err(|e| ParseError::NotJson(e.to_string()))?;
+        let all: AllMembers<'_> = match serde_json::from_str(text) {
+            Ok(all) => all,
+            Err(e) if e.classify() == serde_json::error::Category::Data => {
+                return Err(ParseError::NotAnObject)
+            }
+            Err(e) => return Err(ParseError::NotJson(e.to_string())),
+        };
+        for (i, (key, _)) in all.0.iter().enumerate() {
+            if all.0[..i].iter().any(|(k, _)| k == key) {
+                return Err(ParseError::DuplicateKey(shown_key(key)));
+            }
+        }
+        let get = |name: &str| all.0.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
         let members = TopMembers {
-            model: top.get("model").copied(),
-            stream: top.get("stream").copied(),
-            tools: top.get("tools").copied(),
-            response_format: top.get("response_format").copied(),
+            model: get("model"),
+            stream: get("stream"),
+            tools: get("tools"),
+            response_format: get("response_format"),
+            tool_config: get("toolConfig"),
+            output_format: get("output_format"),
         };
         let request = ParsedRequest::from_members(dialect, text, &members)?;
         Ok(ParsedRequest { body, ..request })
@@ -423,6 +603,13 @@ mod tests {
             br#"{"model":null}"#,
             br#"{"model":["a"]}"#,
             br#"{"model":"","stream":1}"#,
+            br#"{"model":"a","messages":[],"messages":[]}"#,
+            br#"{"messages":[],"model":"a","mess\u0061ges":1}"#,
+            br#"{"model":"a","toolConfig":{},"toolConfig":{}}"#,
+            br#"{"model":"a","x":{"k":1,"k":2}}"#,
+            br#"{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":17,"model":"a"}"#,
+            br#"{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":17,"model":"a","b":0}"#,
+            br#"{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"model":"a","p":0}"#,
         ];
         for body in cases {
             assert_same_as_reference(body);
@@ -439,6 +626,82 @@ mod tests {
             "]".repeat(200)
         );
         assert_same_as_reference(deep_model.as_bytes());
+    }
+
+    #[test]
+    fn a_repeated_top_level_key_is_refused_whatever_it_is() {
+        for (body, key) in [
+            (r#"{"model":"a","model":"b"}"#, "model"),
+            (r#"{"model":"a","mod\u0065l":"b"}"#, "model"),
+            (r#"{"model":"a","stream":true,"stream":false}"#, "stream"),
+            (r#"{"model":"a","messages":[],"messages":[1]}"#, "messages"),
+            (r#"{"x\u00e9":1,"model":"a","xé":2}"#, "xé"),
+        ] {
+            assert_eq!(
+                parse(body).unwrap_err(),
+                ParseError::DuplicateKey(key.into()),
+                "{body}"
+            );
+        }
+        // Found where it repeats, before the rest is read.
+        assert_eq!(
+            parse(r#"{"model":"a","model":"b", broken"#).unwrap_err(),
+            ParseError::DuplicateKey("model".into())
+        );
+        // Many keys (past the in-place list) are still checked, the repeat found wherever it is.
+        let many: Vec<String> = (0..1000).map(|i| format!(r#""k{i}":{i}"#)).collect();
+        let ok = format!(r#"{{"model":"a",{}}}"#, many.join(","));
+        assert!(parse(&ok).is_ok());
+        let twice = format!(r#"{{"model":"a",{},"k3":0}}"#, many.join(","));
+        assert_eq!(
+            parse(&twice).unwrap_err(),
+            ParseError::DuplicateKey("k3".into())
+        );
+        // Nested objects are not the top level.
+        assert!(parse(r#"{"model":"a","metadata":{"k":1,"k":2}}"#).is_ok());
+        // The key shown is cut to 64 bytes.
+        let long = "é".repeat(100);
+        let body = format!(r#"{{"model":"a","{long}":1,"{long}":2}}"#);
+        match parse(&body).unwrap_err() {
+            ParseError::DuplicateKey(k) => assert_eq!(k, "é".repeat(32)),
+            e => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn a_model_name_over_256_bytes_is_refused() {
+        let at = "m".repeat(MAX_MODEL_NAME_BYTES);
+        assert_eq!(parse(&format!(r#"{{"model":"{at}"}}"#)).unwrap().model, at);
+        let over = "m".repeat(MAX_MODEL_NAME_BYTES + 1);
+        assert_eq!(
+            parse(&format!(r#"{{"model":"{over}"}}"#)).unwrap_err(),
+            ParseError::ModelNameTooLong
+        );
+        // Counted in bytes of the decoded name: escapes do not count, multi-byte characters do.
+        let escaped = "\\u0041".repeat(MAX_MODEL_NAME_BYTES);
+        assert_eq!(
+            parse(&format!(r#"{{"model":"{escaped}"}}"#)).unwrap().model,
+            "A".repeat(MAX_MODEL_NAME_BYTES)
+        );
+        let wide = "é".repeat(MAX_MODEL_NAME_BYTES / 2 + 1);
+        assert_eq!(
+            parse(&format!(r#"{{"model":"{wide}"}}"#)).unwrap_err(),
+            ParseError::ModelNameTooLong
+        );
+        // A very long one is refused without being decoded; a long non-string is still not a string.
+        let huge = "m".repeat(1 << 20);
+        assert_eq!(
+            parse(&format!(r#"{{"model":"{huge}"}}"#)).unwrap_err(),
+            ParseError::ModelNameTooLong
+        );
+        let array = format!(r#"{{"model":[{}1]}}"#, "1,".repeat(2000));
+        assert!(matches!(
+            parse(&array),
+            Err(ParseError::BadField { field: "model", .. })
+        ));
+        assert_eq!(ParseError::ModelNameTooLong.why(), "modelNameTooLong");
+        assert_eq!(ParseError::DuplicateKey("k".into()).why(), "duplicateKey");
+        assert_eq!(ParseError::MissingModel.why(), "invalidRequest");
     }
 
     #[test]

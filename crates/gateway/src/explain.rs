@@ -17,10 +17,11 @@ pub fn explain(cfg: &Config, model: &str, principal: &str, dialect: &str) -> Str
         out,
         "request: model `{model}`, principal `{principal}`, dialect {dialect}"
     );
+    write_access(&mut out, cfg, model, principal);
     if let Some(plan) = routing::pinned(cfg, model) {
         let _ = writeln!(
             out,
-            "route: PINNED (`target/model` names the target; rules are not consulted)"
+            "route: PINNED (`target/model` names the target; rules are not consulted; the model is sent whatever the target's `models` list)"
         );
         for hop in &plan.hops {
             for d in &hop.destinations {
@@ -28,6 +29,16 @@ pub fn explain(cfg: &Config, model: &str, principal: &str, dialect: &str) -> Str
             }
         }
         return out;
+    }
+    if !cfg.server.allow_pinning
+        && model
+            .split_once('/')
+            .is_some_and(|(t, _)| cfg.target(t).is_some())
+    {
+        let _ = writeln!(
+            out,
+            "pinning: off (server.allowPinning: false) — `{model}` is an ordinary model name"
+        );
     }
     if let Some(rule) = find_rule(cfg, model, principal) {
         let _ = writeln!(
@@ -91,6 +102,52 @@ pub fn explain(cfg: &Config, model: &str, principal: &str, dialect: &str) -> Str
     out
 }
 
+/// The access check (SPEC §5.2): the principal's `auth.keys[].models`, against the model part of a
+/// pin or the model as written. Rule conditions select; only this refuses (403).
+fn write_access(out: &mut String, cfg: &Config, model: &str, principal: &str) {
+    let Some(auth) = &cfg.auth else {
+        return;
+    };
+    let keys: Vec<(usize, &sidetrack_config::ApiKey)> = auth
+        .keys
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| k.principal == principal)
+        .collect();
+    if keys.is_empty() {
+        let _ = writeln!(
+            out,
+            "access: no key in auth.keys has principal `{principal}` (callers without a valid key get 401)"
+        );
+        return;
+    }
+    let name = routing::access_name(cfg, model);
+    let checked = if name == model {
+        format!("`{model}`")
+    } else {
+        format!("`{name}` (the model part of the pin)")
+    };
+    for (i, k) in keys {
+        match &k.models {
+            None => {
+                let _ = writeln!(out, "access: allowed (auth.keys[{i}] has no `models` list)");
+            }
+            Some(globs) if globs.iter().any(|g| crate::glob::glob_match(g, name)) => {
+                let _ = writeln!(
+                    out,
+                    "access: allowed — {checked} matches auth.keys[{i}].models {globs:?}"
+                );
+            }
+            Some(globs) => {
+                let _ = writeln!(
+                    out,
+                    "access: DENIED (403 before any route) — {checked} matches none of auth.keys[{i}].models {globs:?}"
+                );
+            }
+        }
+    }
+}
+
 fn default_policy() -> HopPolicy {
     HopPolicy {
         triggers: sidetrack_resilience::Triggers::default_set(),
@@ -137,7 +194,7 @@ fn write_hop(out: &mut String, hop: usize, t: &Target, model: &str, p: &HopPolic
         if serves {
             ""
         } else {
-            "  ← target does not list this model: UNROUTABLE"
+            "  ← not in the target's `models`; sent anyway (only default routing reads them)"
         }
     );
     let inherit = if in_rule && hop > 0 {
@@ -211,4 +268,61 @@ fn breaker(b: &BreakerPolicy) -> String {
     }
     s.push_str("  (* = default)");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::explain;
+
+    const CONFIG: &str = r#"
+auth:
+  keys:
+    - { principal: team-a, key: key-a }
+    - { principal: team-b, key: key-b, models: ["gpt-*"] }
+targets:
+  - { name: oa, provider: openai, baseUrl: "http://127.0.0.1:9/v1", models: ["gpt-4o*"] }
+  - { name: other, provider: openai, baseUrl: "http://127.0.0.1:9/v1", models: ["other-*"] }
+rules:
+  - name: a-only
+    priority: 1
+    matchModels: ["gpt-4o"]
+    matchPrincipals: ["team-a"]
+    routeToTarget:
+      staticRoute: { target: other, model: not-listed }
+"#;
+
+    fn config(extra: &str) -> sidetrack_config::Config {
+        sidetrack_config::load_str(&format!("{extra}{CONFIG}"), "t.yaml")
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_principal_outside_a_rule_is_explained_as_default_routing() {
+        let cfg = config("");
+        let a = explain(&cfg, "gpt-4o", "team-a", "openai-chat");
+        assert!(a.contains("route: RULE `a-only`"), "{a}");
+        assert!(a.contains("sent anyway"), "{a}");
+        let b = explain(&cfg, "gpt-4o", "team-b", "openai-chat");
+        assert!(b.contains("route: DEFAULT"), "{b}");
+        assert!(b.contains("destination oa/gpt-4o"), "{b}");
+        assert!(b.contains("access: allowed"), "{b}");
+    }
+
+    #[test]
+    fn access_is_checked_by_a_pins_model_part_and_pins_can_be_off() {
+        let cfg = config("");
+        let ok = explain(&cfg, "oa/gpt-4o-mini", "team-b", "openai-chat");
+        assert!(ok.contains("route: PINNED"), "{ok}");
+        assert!(
+            ok.contains("`gpt-4o-mini` (the model part of the pin) matches"),
+            "{ok}"
+        );
+        let denied = explain(&cfg, "other/claude-x", "team-b", "openai-chat");
+        assert!(denied.contains("access: DENIED"), "{denied}");
+        let off = config("server: { allowPinning: false }\n");
+        let text = explain(&off, "oa/gpt-4o-mini", "team-a", "openai-chat");
+        assert!(text.contains("pinning: off"), "{text}");
+        assert!(!text.contains("route: PINNED"), "{text}");
+        assert!(text.contains("route: UNROUTABLE"), "{text}");
+    }
 }

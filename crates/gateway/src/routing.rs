@@ -1,5 +1,12 @@
-//! Phase "resolve route" (SPEC §5.2): rules in priority order, `target/model` pinning, default
-//! routing from `targets[].models`. Pure over the validated config; the result borrows from it.
+//! Phase "resolve route" (SPEC §5.2): `target/model` pinning (unless `server.allowPinning` is
+//! off), rules in priority order, default routing from `targets[].models`. Pure over the validated
+//! config; the result borrows from it.
+//!
+//! Rule conditions select, they do not authorize: a rule whose `matchPrincipals` leaves the caller
+//! out does not match, and resolution goes on to the next rule and to default routing. Access is
+//! the principal's `auth.keys[].models` allow-list, checked against [`access_name`] before any
+//! route is resolved. Targets' `models` globs are read by default routing only: a rule's
+//! destination or a pin is sent its model whatever those globs say.
 
 use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
@@ -38,18 +45,6 @@ pub struct Dest<'a> {
     pub target_index: usize,
     pub target: &'a Target,
     pub model: Cow<'a, str>,
-}
-
-impl Dest<'_> {
-    /// Does the target declare the model? A target without `models` serves whatever it is sent.
-    pub fn target_serves_model(&self) -> bool {
-        self.target.models.is_empty()
-            || self
-                .target
-                .models
-                .iter()
-                .any(|g| glob_match(g, &self.model))
-    }
 }
 
 /// One hop of the chain with its own (never inherited) policy.
@@ -159,25 +154,17 @@ fn static_hops<'a>(cfg: &'a Config, route: &'a StaticRoute, model: &'a str) -> V
 /// What route resolution decided for one request.
 pub enum Resolved<'a> {
     Plan(Plan<'a>),
-    /// No rule routes the request, and this rule, which routes the model, excludes the principal:
-    /// refused (403) rather than sent on by pinning or default routing, so a rule's principal list
-    /// cannot be bypassed through a target that also lists the model.
-    Denied(&'a sidetrack_config::Rule),
     /// Nothing can serve the model.
     Unroutable,
 }
 
-/// Resolves the route for one request: a `target/model` pin, else the first matching rule, else
-/// default routing.
+/// Resolves the route for one request: a `target/model` pin (when pinning is allowed), else the
+/// first rule whose conditions all match, else default routing.
 pub fn resolve<'a>(cfg: &'a Config, input: &RouteInput<'a>, picker: &Picker) -> Resolved<'a> {
     if let Some(plan) = pinned(cfg, input.model) {
-        return match denied_by(cfg, input.model, input.principal) {
-            Some(rule) => Resolved::Denied(rule),
-            None => Resolved::Plan(plan),
-        };
+        return Resolved::Plan(plan);
     }
-    let rules = rule_match(cfg, input.model, input.principal);
-    if let Some(rule) = rules.routes {
+    if let Some(rule) = find_rule(cfg, input.model, input.principal) {
         let (hops, breaker_mode, leg) = match &rule.route {
             Route::Static(s) => (static_hops(cfg, s, input.model), s.breaker_mode, None),
             Route::PriorityGroups(groups) => {
@@ -236,58 +223,32 @@ pub fn resolve<'a>(cfg: &'a Config, input: &RouteInput<'a>, picker: &Picker) -> 
             leg,
         });
     }
-    if let Some(rule) = rules.excludes {
-        return Resolved::Denied(rule);
-    }
     match default_route(cfg, input.model, picker) {
         Some(plan) => Resolved::Plan(plan),
         None => Resolved::Unroutable,
     }
 }
 
-/// The first rule that routes this model but whose `matchPrincipals` excludes the principal.
-pub fn denied_by<'a>(
+/// The first rule (ascending priority) whose conditions all match. A rule whose `matchPrincipals`
+/// leaves the principal out simply does not match (conditions select; they do not authorize).
+pub fn find_rule<'a>(
     cfg: &'a Config,
     model: &str,
     principal: &str,
 ) -> Option<&'a sidetrack_config::Rule> {
     cfg.rules
         .iter()
-        .find(|rule| models_match(rule, model) && !principals_match(rule, principal))
+        .find(|rule| models_match(rule, model) && principals_match(rule, principal))
 }
 
-/// The first rule (ascending priority) whose conditions all match.
-pub fn find_rule<'a>(
-    cfg: &'a Config,
-    model: &str,
-    principal: &str,
-) -> Option<&'a sidetrack_config::Rule> {
-    rule_match(cfg, model, principal).routes
-}
-
-/// What one pass over the rules (ascending priority) finds for a request.
-struct RuleMatch<'a> {
-    /// The first rule whose conditions all match.
-    routes: Option<&'a sidetrack_config::Rule>,
-    /// The first rule before it (or anywhere, when none routes) that matches the model but
-    /// excludes the principal.
-    excludes: Option<&'a sidetrack_config::Rule>,
-}
-
-fn rule_match<'a>(cfg: &'a Config, model: &str, principal: &str) -> RuleMatch<'a> {
-    let mut excludes = None;
-    for rule in cfg.rules.iter().filter(|rule| models_match(rule, model)) {
-        if principals_match(rule, principal) {
-            return RuleMatch {
-                routes: Some(rule),
-                excludes,
-            };
-        }
-        excludes.get_or_insert(rule);
-    }
-    RuleMatch {
-        routes: None,
-        excludes,
+/// The name a principal's `models` allow-list is checked against (SPEC §5.2): the model part of a
+/// pin (`oa/gpt-4o-mini` is checked as `gpt-4o-mini`, so it passes `gpt-4o*`), otherwise the
+/// requested model as written. Only the model part of a pin: a glob such as `gpt-*` must not let
+/// `gpt-team/any-model` through because the target's name happens to match it.
+pub fn access_name<'m>(cfg: &Config, model: &'m str) -> &'m str {
+    match pin(cfg, model) {
+        Some((_, rest)) => rest,
+        None => model,
     }
 }
 
@@ -305,29 +266,43 @@ fn principals_match(rule: &sidetrack_config::Rule, principal: &str) -> bool {
         .is_none_or(|m| matcher_matches(m, principal))
 }
 
-/// `target-name/model` pins that target (checked before rules: an explicit pin wins).
-pub fn pinned<'a>(cfg: &'a Config, model: &'a str) -> Option<Plan<'a>> {
+/// `target-name/model` names a target and a model: the target's index and the model part, when
+/// `server.allowPinning` is on (the default) and the target exists.
+fn pin<'m>(cfg: &Config, model: &'m str) -> Option<(usize, &'m str)> {
+    if !cfg.server.allow_pinning {
+        return None;
+    }
     let (target, rest) = model.split_once('/')?;
-    let target_index = cfg.targets.iter().position(|t| t.name == target)?;
     if rest.is_empty() {
         return None;
     }
+    let target_index = cfg.targets.iter().position(|t| t.name == target)?;
+    Some((target_index, rest))
+}
+
+/// `target-name/model` pins that target (checked before rules: an explicit pin wins). With
+/// `server.allowPinning: false` there are no pins: such a name is an ordinary model name.
+pub fn pinned<'a>(cfg: &'a Config, model: &'a str) -> Option<Plan<'a>> {
+    let (target_index, rest) = pin(cfg, model)?;
     Some(single_hop(cfg, MatchType::Pinned, target_index, rest))
+}
+
+/// Does target `t` list `model` in its `models`: as a literal entry (`exact`) or through a glob?
+fn lists(t: &Target, model: &str, exact: bool) -> bool {
+    t.models.iter().any(|g| {
+        if exact {
+            g == model && !is_glob(g)
+        } else {
+            is_glob(g) && glob_match(g, model)
+        }
+    })
 }
 
 /// Default routing: the targets whose `models` match; an exact entry beats a glob; round-robin
 /// among equals. Targets without `models` take no part.
 pub fn default_route<'a>(cfg: &'a Config, model: &'a str, picker: &Picker) -> Option<Plan<'a>> {
     for exact in [true, false] {
-        let serves = |t: &&Target| {
-            t.models.iter().any(|g| {
-                if exact {
-                    g == model && !is_glob(g)
-                } else {
-                    is_glob(g) && glob_match(g, model)
-                }
-            })
-        };
+        let serves = |t: &&Target| lists(t, model, exact);
         // Counted, then the drawn one found again: no list per request.
         let n = cfg.targets.iter().filter(serves).count();
         if n == 0 {
@@ -369,42 +344,50 @@ fn single_hop<'a>(
     }
 }
 
-/// Models a principal can name, for `GET /v1/models`: literal (non-glob) entries of targets'
-/// `models` and of rules' `matchModels` whose principal conditions admit it, filtered by the
-/// principal's allow-list.
+/// Models a principal can name, for `GET /v1/models`: the literal (non-glob) entries of rules'
+/// `matchModels` and targets' `models` that the principal's allow-list admits and that resolve to
+/// a route for it, as [`resolve`] would (a pin, a rule whose conditions match it, or default
+/// routing), each with who serves it: `sidetrack` for a rule, else the target.
 pub fn listed_models(
     cfg: &Config,
     principal: &str,
     allow: Option<&[String]>,
 ) -> Vec<(String, String)> {
+    let rule_names = cfg
+        .rules
+        .iter()
+        .filter_map(|r| r.match_models.as_ref())
+        .flat_map(|m| &m.values);
+    let target_names = cfg.targets.iter().flat_map(|t| &t.models);
     let mut out: Vec<(String, String)> = Vec::new();
-    let mut push = |id: &str, owner: &str| {
+    for id in rule_names.chain(target_names) {
         if is_glob(id) || out.iter().any(|(m, _)| m == id) {
-            return;
-        }
-        if allow.is_some_and(|a| !a.iter().any(|g| glob_match(g, id))) {
-            return;
-        }
-        out.push((id.to_owned(), owner.to_owned()));
-    };
-    for rule in &cfg.rules {
-        if rule
-            .match_principals
-            .as_ref()
-            .is_some_and(|m| !matcher_matches(m, principal))
-        {
             continue;
         }
-        if let Some(m) = &rule.match_models {
-            for v in &m.values {
-                push(v, "sidetrack");
-            }
+        let name = access_name(cfg, id);
+        if allow.is_some_and(|a| !a.iter().any(|g| glob_match(g, name))) {
+            continue;
         }
-    }
-    for t in &cfg.targets {
-        for m in &t.models {
-            push(m, &t.name);
+        if let Some(owner) = served_by(cfg, id, principal) {
+            out.push((id.clone(), owner.to_owned()));
         }
     }
     out
+}
+
+/// Who would serve `model` for `principal`, following [`resolve`]'s order without drawing: the
+/// pinned target, `sidetrack` for a rule, or the first target default routing could pick.
+fn served_by<'a>(cfg: &'a Config, model: &str, principal: &str) -> Option<&'a str> {
+    if let Some((target_index, _)) = pin(cfg, model) {
+        return Some(&cfg.targets[target_index].name);
+    }
+    if find_rule(cfg, model, principal).is_some() {
+        return Some("sidetrack");
+    }
+    [true, false].into_iter().find_map(|exact| {
+        cfg.targets
+            .iter()
+            .find(|t| lists(t, model, exact))
+            .map(|t| t.name.as_str())
+    })
 }

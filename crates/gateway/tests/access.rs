@@ -1,6 +1,7 @@
-//! Issue 6 "must show" 4: a wrong key is 401 and a principal outside a rule's `matchPrincipals` or
-//! its own allow-list is 403 — in each caller's dialect (Bedrock's own shape: 403
-//! AccessDeniedException for both).
+//! Issue 6 "must show" 4: a wrong key is 401 and a principal outside its own allow-list is 403 — in
+//! each caller's dialect (Bedrock's own shape: 403 AccessDeniedException for both). A principal
+//! outside a rule's `matchPrincipals` is not refused: rule conditions select, they do not authorize
+//! (SPEC §5.2), so it falls through to default routing.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -46,7 +47,10 @@ fn requests(model: &str) -> Vec<(&'static str, String, serde_json::Value)> {
         ),
         (
             "bedrock-converse",
-            format!("/model/{}/converse", model.replace(':', "%3A")),
+            format!(
+                "/model/{}/converse",
+                model.replace(':', "%3A").replace('/', "%2F")
+            ),
             serde_json::json!({"messages": [{"role": "user", "content": [{"text": "hi"}]}]}),
         ),
     ]
@@ -102,40 +106,70 @@ async fn wrong_keys_are_401_in_every_dialect() {
 }
 
 #[tokio::test]
-async fn principals_outside_rules_or_allow_lists_are_403_in_every_dialect() {
+async fn principals_outside_their_allow_list_are_403_in_every_dialect() {
     let env = start(CONFIG, MockConfig::default()).await;
-    // Outside a rule's matchPrincipals.
-    for (dialect, path, body) in requests("gpt-private") {
-        let r = env
-            .post(&path, body, &[("authorization", "Bearer key-b")])
-            .await;
-        assert_shape(
-            dialect,
-            &r,
-            403,
-            "permission_error",
-            "AccessDeniedException",
-        );
-    }
-    // Outside the principal's own allow-list (o-* is not in team-b's models).
-    for (dialect, path, body) in requests("o-1") {
-        let r = env
-            .post(&path, body, &[("authorization", "Bearer key-b")])
-            .await;
-        assert_shape(
-            dialect,
-            &r,
-            403,
-            "permission_error",
-            "AccessDeniedException",
-        );
+    // o-* is not in team-b's models; as a pin, the model part is what is checked.
+    for model in ["o-1", "oai/o-1"] {
+        for (dialect, path, body) in requests(model) {
+            let r = env
+                .post(&path, body, &[("authorization", "Bearer key-b")])
+                .await;
+            assert_shape(
+                dialect,
+                &r,
+                403,
+                "permission_error",
+                "AccessDeniedException",
+            );
+        }
     }
     assert_eq!(
         env.mock.total_hits(),
         0,
         "nothing refused reached an upstream"
     );
-    // The same requests from team-a are allowed.
+    let recs = env.log.wait_for(8, std::time::Duration::from_secs(5)).await;
+    assert_eq!(recs.len(), 8);
+    assert!(recs
+        .iter()
+        .all(|r| r.reason == "gatewayRejected:modelNotAllowed"));
+    // team-a has no allow-list.
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            serde_json::json!({"model": "o-1", "messages": []}),
+            &[("authorization", "Bearer key-a")],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
+#[tokio::test]
+async fn a_principal_outside_a_rules_principals_falls_through_to_default_routing_in_every_dialect()
+{
+    let env = start(CONFIG, MockConfig::default()).await;
+    // team-b is outside `a-only`'s matchPrincipals: the rule does not match, and default routing
+    // sends `gpt-private` (in team-b's allow-list) to `oai`, whose `gpt-*` lists it.
+    for (i, (dialect, path, body)) in requests("gpt-private").into_iter().enumerate() {
+        let r = env
+            .post(&path, body, &[("authorization", "Bearer key-b")])
+            .await;
+        assert_eq!(r.status, 200, "{dialect}: {}", r.body);
+        assert_eq!(
+            r.header("x-sidetrack-served-by"),
+            Some("oai/gpt-private"),
+            "{dialect}"
+        );
+        let rec = env.record(i + 1).await;
+        assert_eq!(
+            (rec.rule_name.as_deref(), rec.match_type),
+            (None, Some("DEFAULT")),
+            "{dialect}"
+        );
+    }
+    assert_eq!(env.hits("gpt-private"), 4);
+    assert_eq!(env.hits("gpt-x"), 0);
+    // team-a matches the rule, which sends `gpt-x`.
     let r = env
         .post(
             "/v1/chat/completions",
@@ -144,4 +178,6 @@ async fn principals_outside_rules_or_allow_lists_are_403_in_every_dialect() {
         )
         .await;
     assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("x-sidetrack-served-by"), Some("oai/gpt-x"));
+    assert_eq!(env.record(5).await.rule_name.as_deref(), Some("a-only"));
 }

@@ -158,3 +158,77 @@ rules:
     assert_eq!(get(&m, "sidetrack_in_flight_requests"), 0.0);
     assert_eq!(get(&m, "sidetrack_request_duration_seconds_count"), 14.0);
 }
+
+#[tokio::test]
+async fn past_the_destination_bound_metrics_still_add_up_to_the_routing_log() {
+    let yaml = r#"
+server: { maxDynamicDestinations: 4 }
+targets:
+  - { name: up, provider: openai, baseUrl: "${MOCK}/v1", models: ["m-*"] }
+"#;
+    let cut = Behaviour {
+        stream_chunks: Some(6),
+        drop_after_chunks: Some(2),
+        ..Behaviour::default()
+    };
+    let env = start(yaml, behaviours(&[("m-cut-9", cut)])).await;
+    // 10 names, some twice; the last one fails mid-stream.
+    let names: Vec<String> = (0..10).map(|i| format!("m-{i}")).collect();
+    for name in names.iter().chain(&names[..3]) {
+        assert_eq!(env.chat(name, false).await.status, 200);
+    }
+    env.chat("m-cut-9", true).await;
+    let recs = env
+        .log
+        .wait_for(14, std::time::Duration::from_secs(5))
+        .await;
+    assert_eq!(recs.len(), 14);
+    let (_, text) = env.admin_get("/metrics").await;
+    let m = samples(&text);
+
+    // Per model label: the first 4 names have their own; the rest are `_other`.
+    let mut by_label: BTreeMap<String, f64> = BTreeMap::new();
+    for a in recs.iter().flat_map(|r| &r.attempts) {
+        let own = ["m-0", "m-1", "m-2", "m-3"].contains(&&*a.model);
+        let label = if own {
+            a.model.to_string()
+        } else {
+            "_other".into()
+        };
+        *by_label.entry(label).or_default() += 1.0;
+    }
+    assert_eq!(by_label.len(), 5);
+    for (label, n) in &by_label {
+        let series = format!(
+            "sidetrack_attempts_total{{target=\"up\",model=\"{label}\",outcome=\"SUCCESS\"}}"
+        );
+        assert_eq!(get(&m, &series), *n, "{series}");
+        let count =
+            format!("sidetrack_attempt_duration_seconds_count{{target=\"up\",model=\"{label}\"}}");
+        assert_eq!(get(&m, &count), *n, "{count}");
+    }
+    assert_eq!(
+        get(
+            &m,
+            r#"sidetrack_mid_stream_errors_total{target="up",model="_other"}"#
+        ),
+        1.0
+    );
+    let output: f64 = recs
+        .iter()
+        .filter_map(|r| r.usage.as_ref())
+        .map(|u| u.output_tokens as f64)
+        .sum();
+    let counted: f64 = m
+        .iter()
+        .filter(|(k, _)| {
+            k.starts_with("sidetrack_tokens_total{") && k.ends_with("direction=\"output\"}")
+        })
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(counted, output, "tokens add up across labels");
+    assert!(
+        m.keys().all(|k| !k.contains("model=\"m-4\"")),
+        "no series for a name past the bound"
+    );
+}

@@ -84,14 +84,16 @@ async fn match_principals_selects_the_rule_and_the_pinned_model_is_sent() {
     );
     assert_eq!(&*rec.principal, "team-a");
 
-    // team-b is outside the rule's principals: refused, not sent on by default routing (alpha
-    // also lists gpt-*), so the rule's principal list cannot be bypassed.
+    // team-b is outside the rule's principals: the rule does not match (conditions select, they
+    // do not authorize — SPEC §5.2), and default routing sends gpt-4o to alpha, which lists gpt-*.
     let r = chat_as(&env, "key-b", "gpt-4o").await;
-    assert_eq!(r.status, 403);
-    assert_eq!(r.json()["error"]["type"], "permission_error");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("x-sidetrack-served-by"), Some("alpha/gpt-4o"));
     let rec = env.record(2).await;
-    assert_eq!(rec.reason, "gatewayRejected:principalNotAllowed");
-    // A model no principal-restricted rule covers still goes by default routing.
+    assert_eq!((rec.rule_name, rec.match_type), (None, Some("DEFAULT")));
+    assert_eq!(rec.reason, "servedByPrimary");
+    assert_eq!(env.hits("gpt-4o"), 1);
+    // A model no principal-restricted rule covers goes by default routing too.
     let r = chat_as(&env, "key-b", "gpt-3").await;
     assert_eq!(r.header("x-sidetrack-served-by"), Some("alpha/gpt-3"));
     let rec = env.record(3).await;
@@ -252,7 +254,7 @@ async fn models_list_is_per_principal_and_health_endpoints_answer() {
 }
 
 #[tokio::test]
-async fn a_destination_whose_target_does_not_list_the_model_is_unroutable_without_a_request() {
+async fn a_rule_sends_its_model_to_its_target_whatever_the_targets_globs_list() {
     let yaml = r#"
 targets:
   - { name: narrow, provider: openai, baseUrl: "${MOCK}/v1", models: ["only-this"] }
@@ -268,9 +270,174 @@ rules:
     let env = start(yaml, MockConfig::default()).await;
     let r = env.chat("x", false).await;
     assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-sidetrack-served-by"), Some("narrow/not-listed"));
     let rec = env.record(1).await;
-    assert_eq!(Env::route(&rec), ["narrow/not-listed", "wide/m-ok"]);
-    assert_eq!(rec.attempts[0].outcome, "UNROUTABLE");
-    assert_eq!(rec.reason, "servedViaFallbackHop:1");
-    assert_eq!((env.hits("not-listed"), env.hits("m-ok")), (0, 1));
+    assert_eq!(Env::route(&rec), ["narrow/not-listed"]);
+    assert_eq!(rec.attempts[0].outcome, "SUCCESS");
+    assert_eq!(rec.reason, "servedByPrimary");
+    assert_eq!((env.hits("not-listed"), env.hits("m-ok")), (1, 0));
+    let sent = env.mock.last_request("not-listed").unwrap();
+    assert_eq!(sent["body"]["model"], "not-listed");
+}
+
+/// Targets, keys and rules for the §5.2 cases below.
+const SELECT: &str = r#"
+auth:
+  keys:
+    - { principal: team-a, key: key-a }
+    - { principal: team-b, key: key-b, models: ["gpt-*", "listed-*"] }
+targets:
+  - { name: oa, provider: openai, baseUrl: "${MOCK}/v1", models: ["gpt-4o*"] }
+  - { name: other, provider: openai, baseUrl: "${MOCK}/v1", models: ["other-*"] }
+  - { name: gpt-team, provider: openai, baseUrl: "${MOCK}/v1", models: ["listed-x"] }
+rules:
+  - name: a-first
+    priority: 1
+    matchModels: ["gpt-4o", "listed-a"]
+    matchPrincipals: ["team-a"]
+    routeToTarget:
+      staticRoute: { target: other, model: other-a }
+  - name: b-second
+    priority: 2
+    matchModels: ["gpt-4o"]
+    matchPrincipals: ["team-b"]
+    routeToTarget:
+      staticRoute: { target: other, model: other-b }
+"#;
+
+#[tokio::test]
+async fn a_principal_outside_a_rule_goes_on_to_the_next_rule_then_default_routing() {
+    let env = start(SELECT, MockConfig::default()).await;
+    let r = chat_as(&env, "key-a", "gpt-4o").await;
+    assert_eq!(r.header("x-sidetrack-served-by"), Some("other/other-a"));
+    // team-b: a-first leaves it out, b-second takes it.
+    let r = chat_as(&env, "key-b", "gpt-4o").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("x-sidetrack-served-by"), Some("other/other-b"));
+    assert_eq!(env.record(2).await.rule_name.as_deref(), Some("b-second"));
+    // No rule for team-b and gpt-4o-mini: default routing.
+    let r = chat_as(&env, "key-b", "gpt-4o-mini").await;
+    assert_eq!(r.header("x-sidetrack-served-by"), Some("oa/gpt-4o-mini"));
+    let rec = env.record(3).await;
+    assert_eq!((rec.rule_name, rec.match_type), (None, Some("DEFAULT")));
+    assert_eq!(
+        (
+            env.hits("other-a"),
+            env.hits("other-b"),
+            env.hits("gpt-4o-mini")
+        ),
+        (1, 1, 1)
+    );
+}
+
+#[tokio::test]
+async fn a_pin_sends_its_model_unchanged_whatever_the_targets_globs_and_is_checked_by_its_model_part(
+) {
+    let env = start(SELECT, MockConfig::default()).await;
+    // `other` lists only other-*: the pin is sent anyway, with the model part unchanged.
+    let r = chat_as(&env, "key-a", "other/gpt-4o-mini").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("x-sidetrack-served-by"), Some("other/gpt-4o-mini"));
+    let rec = env.record(1).await;
+    assert_eq!(rec.match_type, Some("PINNED"));
+    assert_eq!(rec.requested_model.as_deref(), Some("other/gpt-4o-mini"));
+    let sent = env.mock.last_request("gpt-4o-mini").unwrap();
+    assert_eq!(sent["body"]["model"], "gpt-4o-mini");
+    // team-b: `oa/gpt-4o-mini` passes `gpt-*` by its model part.
+    let r = chat_as(&env, "key-b", "oa/gpt-4o-mini").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("x-sidetrack-served-by"), Some("oa/gpt-4o-mini"));
+    // A pin whose model part the allow-list does not admit is refused, even when the whole name
+    // (`gpt-team/...`) matches one of its globs.
+    for model in ["oa/claude-x", "gpt-team/claude-x"] {
+        let r = chat_as(&env, "key-b", model).await;
+        assert_eq!(r.status, 403, "{model}: {}", r.body);
+        assert_eq!(r.json()["error"]["type"], "permission_error");
+    }
+    let recs = env.log.wait_for(4, std::time::Duration::from_secs(5)).await;
+    assert_eq!(recs[2].reason, "gatewayRejected:modelNotAllowed");
+    assert_eq!(recs[3].reason, "gatewayRejected:modelNotAllowed");
+    assert_eq!(env.hits("claude-x"), 0);
+    // Allowed is not routed: team-b may use `listed-a` (`listed-*`), but only team-a's rule routes
+    // it and no target lists it, so team-b gets 404.
+    let r = chat_as(&env, "key-b", "listed-a").await;
+    assert_eq!(r.status, 404, "{}", r.body);
+}
+
+#[tokio::test]
+async fn with_allow_pinning_off_a_slash_name_is_an_ordinary_model_name() {
+    let yaml = format!("server: {{ allowPinning: false }}\n{SELECT}");
+    let env = start(&yaml, MockConfig::default()).await;
+    // `oa/gpt-4o-mini` pins nothing; no rule or target lists it: 404.
+    let r = chat_as(&env, "key-a", "oa/gpt-4o-mini").await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    assert_eq!(env.record(1).await.reason, "unroutable");
+    // The allow-list now checks the whole name: `gpt-team/...` matches `gpt-*`, and a target
+    // whose globs list slash names serves it by default routing.
+    let yaml = format!(
+        "server: {{ allowPinning: false }}\n{}",
+        SELECT.replace(
+            "models: [\"other-*\"]",
+            "models: [\"other-*\", \"gpt-team/*\"]"
+        )
+    );
+    let env = start(&yaml, MockConfig::default()).await;
+    let r = chat_as(&env, "key-b", "gpt-team/claude-x").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.header("x-sidetrack-served-by"),
+        Some("other/gpt-team/claude-x")
+    );
+    let rec = env.record(1).await;
+    assert_eq!(rec.match_type, Some("DEFAULT"));
+    assert_eq!(env.hits("gpt-team/claude-x"), 1);
+    assert_eq!(env.hits("claude-x"), 0);
+    // With pinning on (the default), the same name pins `gpt-team` and is checked as `claude-x`.
+    let env = start(SELECT, MockConfig::default()).await;
+    let r = chat_as(&env, "key-b", "gpt-team/claude-x").await;
+    assert_eq!(r.status, 403, "{}", r.body);
+}
+
+#[tokio::test]
+async fn models_list_follows_rule_fall_through_and_the_allow_list() {
+    let env = start(SELECT, MockConfig::default()).await;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let list = |key: &'static str| {
+        let req = http::Request::get(format!("{}/v1/models", env.gw.base_url()))
+            .header("authorization", format!("Bearer {key}"))
+            .body(http_body_util::Empty::new())
+            .unwrap();
+        let fut = client.request(req);
+        async move {
+            use http_body_util::BodyExt;
+            let body = fut.await.unwrap().into_body().collect().await.unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&body.to_bytes()).unwrap();
+            v["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| {
+                    (
+                        m["id"].as_str().unwrap().to_owned(),
+                        m["owned_by"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let a = list("key-a").await;
+    let b = list("key-b").await;
+    let has = |l: &[(String, String)], id: &str, owner: &str| {
+        l.iter().any(|(i, o)| i == id && o == owner)
+    };
+    // gpt-4o: a rule for each principal.
+    assert!(has(&a, "gpt-4o", "sidetrack"), "{a:?}");
+    assert!(has(&b, "gpt-4o", "sidetrack"), "{b:?}");
+    // listed-a: only team-a's rule routes it (team-b falls through to nothing).
+    assert!(has(&a, "listed-a", "sidetrack"), "{a:?}");
+    assert!(!b.iter().any(|(i, _)| i == "listed-a"), "{b:?}");
+    // listed-x: default routing to gpt-team, for both.
+    assert!(has(&a, "listed-x", "gpt-team"), "{a:?}");
+    assert!(has(&b, "listed-x", "gpt-team"), "{b:?}");
 }

@@ -13,25 +13,21 @@ pub mod errors;
 pub mod eventstream;
 pub mod invoke;
 
-use std::borrow::Cow;
-use std::collections::BTreeMap;
-
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use crate::request::{parse_top, Features, ParseError, ParsedRequest};
+use crate::request::{parse_top, Features, ParseError, ParsedRequest, MAX_MODEL_NAME_BYTES};
 use crate::Dialect;
 
 pub use errors::{normalize_error_code, parse_error, render_upstream_error, ERROR_TYPE_HEADER};
 pub use eventstream::CONTENT_TYPE as EVENT_STREAM_CONTENT_TYPE;
 
-/// The longest model identifier Bedrock accepts (`InvokeModelIdentifier`).
-pub const MAX_MODEL_ID_LEN: usize = 2048;
-
 /// Parses a Bedrock caller body. `model_id` is the decoded `{modelId}` path capture (see
 /// [`decode_model_id`]); `stream` is true for `/invoke-with-response-stream` and
-/// `/converse-stream`. The body must be a JSON object; it is kept byte-for-byte, and same-dialect
-/// forwarding sends [`ParsedRequest::body`] with the model in the path.
+/// `/converse-stream`; it is at most [`MAX_MODEL_NAME_BYTES`] long (SPEC §14; Bedrock's own limit
+/// is 2048, but model ids and inference profile ARNs fit well within 256). The body must be a JSON object; it is kept byte-for-byte, and same-dialect
+/// forwarding sends [`ParsedRequest::body`] with the model in the path. A top-level key that
+/// repeats is refused, as in every dialect.
 pub fn parse_request(
     dialect: Dialect,
     model_id: &str,
@@ -41,28 +37,24 @@ pub fn parse_request(
     if model_id.trim().is_empty() {
         return Err(ParseError::MissingModel);
     }
-    if model_id.len() > MAX_MODEL_ID_LEN {
-        return Err(ParseError::BadField {
-            field: "modelId",
-            expected: "at most 2048 characters",
-        });
+    if model_id.len() > MAX_MODEL_NAME_BYTES {
+        return Err(ParseError::ModelNameTooLong);
     }
-    let (_, top) = parse_top::<BTreeMap<Cow<'_, str>, &RawValue>>(&body)?;
-    let present = |raw: Option<&&RawValue>| raw.is_some_and(|r| !matches!(r.get(), "null" | "[]"));
+    let (_, top) = parse_top(&body)?;
+    let present = |raw: Option<&RawValue>| raw.is_some_and(|r| !matches!(r.get(), "null" | "[]"));
     let tools = match dialect {
         Dialect::BedrockConverse => top
-            .get("toolConfig")
+            .tool_config
             .is_some_and(|raw| raw.get().contains("\"toolSpec\"")),
-        _ => present(top.get("tools")),
+        _ => present(top.tools),
     };
     // Converse has no portable structured-output field; the Anthropic body's is `output_format`.
-    let json_schema = dialect == Dialect::BedrockInvoke && present(top.get("output_format"));
+    let json_schema = dialect == Dialect::BedrockInvoke && present(top.output_format);
     let features = Features {
         tools,
         json_schema,
         estimated_prompt_tokens: (body.len() as u64) / 4,
     };
-    drop(top);
     Ok(ParsedRequest::with_path_model(
         dialect,
         model_id.to_owned(),
@@ -157,6 +149,28 @@ mod tests {
             )
             .unwrap_err(),
             ParseError::NotAnObject
+        );
+    }
+
+    #[test]
+    fn a_long_model_id_or_a_repeated_key_is_refused() {
+        let body = Bytes::from_static(br#"{"messages":[]}"#);
+        let id = "m".repeat(MAX_MODEL_NAME_BYTES);
+        assert!(parse_request(Dialect::BedrockConverse, &id, body.clone(), false).is_ok());
+        let id = "m".repeat(MAX_MODEL_NAME_BYTES + 1);
+        assert_eq!(
+            parse_request(Dialect::BedrockConverse, &id, body, false).unwrap_err(),
+            ParseError::ModelNameTooLong
+        );
+        let twice = Bytes::from_static(br#"{"messages":[],"system":[],"messages":[]}"#);
+        assert_eq!(
+            parse_request(Dialect::BedrockConverse, "m", twice, false).unwrap_err(),
+            ParseError::DuplicateKey("messages".into())
+        );
+        let twice = Bytes::from_static(br#"{"tools":[{"name":"f"}],"tools":null}"#);
+        assert_eq!(
+            parse_request(Dialect::BedrockInvoke, "m", twice, false).unwrap_err(),
+            ParseError::DuplicateKey("tools".into())
         );
     }
 }

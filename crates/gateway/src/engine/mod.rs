@@ -407,24 +407,13 @@ fn condition_input<'a>(
 }
 
 /// Phases "translate" and "attempt" for one destination. A request the destination's format
-/// cannot carry is an `Ineligible` skip, not an attempt.
+/// cannot carry is an `Ineligible` skip, not an attempt. The target's `models` globs are not
+/// consulted: a rule's destination or a pin is sent its model whatever they list (SPEC §5.2).
 async fn attempt_one(
     dest: &Dest<'_>,
     hop: &Hop<'_>,
     input: &WalkInput<'_, '_>,
 ) -> Result<attempt::Attempt, Skip> {
-    if !dest.target_serves_model() {
-        return Ok(attempt::Attempt {
-            outcome: Outcome::Error(ErrorKind::Unroutable),
-            detail: Some(format!(
-                "target `{}` does not list model `{}`",
-                dest.target.name, dest.model
-            )),
-            duration: Duration::ZERO,
-            first_byte: None,
-            response: None,
-        });
-    }
     let format = providers::format_for(dest.target.provider, input.request.dialect);
     let body = translate::request_body(format, input.request, &dest.model)
         .map_err(|e| Skip::Ineligible(e.0))?;

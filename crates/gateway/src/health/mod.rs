@@ -1,11 +1,19 @@
 //! Per-destination health (SPEC §5.5, §5.8): one breaker, EWMAs and counters per target+model,
 //! shared by every rule and every request that uses the destination. This is the in-memory
 //! backend; it outlives config reloads (breaker state survives for destinations that still exist).
+//!
+//! Bounded (SPEC §14 "Names and labels"): destinations the config names are always kept; the
+//! others — made for models that reach a target through its globs, so callers choose them — number
+//! at most `server.maxDynamicDestinations`. Past it, the least recently used idle one (no request
+//! on it, breaker closed, not switched off) makes room; when none is idle, the new destination
+//! serves its request without being kept. Finding a destination that exists (every attempt) costs
+//! what it did: two map lookups in a snapshot, plus one relaxed load to note its use.
 
 mod clock;
 pub mod store;
 
 use std::collections::HashMap;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
@@ -65,6 +73,8 @@ pub struct DestHealth {
     pending_shares: AtomicU32,
     /// The newest shared-state version adopted here.
     adopted_version: AtomicU64,
+    /// [`Health`]'s insertion count when this destination was last looked up: the eviction order.
+    last_used: AtomicU64,
 }
 
 /// What an attempt's outcome means for the destination's health.
@@ -133,7 +143,29 @@ impl DestHealth {
             skips: AtomicU64::new(0),
             pending_shares: AtomicU32::new(0),
             adopted_version: AtomicU64::new(0),
+            last_used: AtomicU64::new(0),
         }
+    }
+
+    /// Notes a use at `tick`. A store only when the tick moved: a destination in steady use does
+    /// not write its cache line on every lookup.
+    fn touch(&self, tick: u64) {
+        if self.last_used.load(Ordering::Relaxed) != tick {
+            self.last_used.store(tick, Ordering::Relaxed);
+        }
+    }
+
+    /// May it be evicted? Nothing uses it (no attempt in flight, no probe, no verdict on its way to
+    /// the shared store), its breaker is closed and it is not switched off: dropping it loses
+    /// counters and EWMAs only, and the next request makes it again, closed.
+    fn idle(&self, now: Instant) -> bool {
+        !self.is_disabled()
+            && self.in_flight.load(Ordering::Relaxed) == 0
+            && self.pending_shares.load(Ordering::Acquire) == 0
+            && self
+                .inner
+                .lock()
+                .is_ok_and(|i| matches!(i.breaker.state(now), BreakerState::Closed))
     }
 
     pub fn is_disabled(&self) -> bool {
@@ -189,6 +221,34 @@ pub struct Snapshot {
 /// and requested model names; the maps are never exposed to untrusted insertion patterns beyond
 /// what the config and callers' model names already allow).
 type FastMap<V> = HashMap<String, V, foldhash::fast::RandomState>;
+type FastSet = HashSet<String, foldhash::fast::RandomState>;
+
+/// The bound on destinations the config does not name (SPEC §14).
+struct Bound {
+    /// target → models the config names (see [`declared_destinations`]): never evicted.
+    declared: FastMap<FastSet>,
+    /// `server.maxDynamicDestinations`: how many others are kept.
+    max_dynamic: usize,
+}
+
+impl Bound {
+    fn from_config(cfg: &Config) -> Bound {
+        let mut declared: FastMap<FastSet> = FastMap::default();
+        for (target, model) in declared_destinations(cfg) {
+            declared.entry(target).or_default().insert(model);
+        }
+        Bound {
+            declared,
+            max_dynamic: cfg.server.max_dynamic_destinations,
+        }
+    }
+
+    fn declares(&self, target: &str, model: &str) -> bool {
+        self.declared
+            .get(target)
+            .is_some_and(|models| models.contains(model))
+    }
+}
 
 /// Every destination's health, keyed by (target, model).
 pub struct Health {
@@ -199,6 +259,10 @@ pub struct Health {
     dests: ArcSwap<FastMap<FastMap<Arc<DestHealth>>>>,
     /// Serialises writers of `dests`.
     adding: Mutex<()>,
+    /// Which destinations are declared, and how many others are kept.
+    bound: RwLock<Bound>,
+    /// Twice the destinations inserted so far: the clock of `DestHealth::last_used`.
+    tick: AtomicU64,
     /// Breaker policy per target name (from the current config).
     policies: RwLock<HashMap<String, BreakerConfig>>,
     /// Compiled `unhealthyCondition` per target that sets one.
@@ -225,6 +289,8 @@ impl Health {
             metrics,
             dests: ArcSwap::default(),
             adding: Mutex::new(()),
+            bound: RwLock::new(Bound::from_config(cfg)),
+            tick: AtomicU64::new(0),
             policies: RwLock::default(),
             conditions: ArcSwap::default(),
             shared,
@@ -264,6 +330,11 @@ impl Health {
             })
             .collect();
         self.conditions.store(Arc::new(conditions));
+        if let Ok(mut b) = self.bound.write() {
+            *b = Bound::from_config(cfg);
+        }
+        self.metrics
+            .set_max_dynamic_destinations(cfg.server.max_dynamic_destinations);
         for (target, model) in declared_destinations(cfg) {
             let _ = self.get(&target, &model);
         }
@@ -274,11 +345,19 @@ impl Health {
         self.conditions.load().get(target).cloned()
     }
 
-    /// The destination's health, created on first use.
+    /// The destination's health, created on first use (kept within the bound; see the module doc).
     pub fn get(&self, target: &str, model: &str) -> Arc<DestHealth> {
         if let Some(d) = self.find(target, model) {
+            d.touch(self.tick.load(Ordering::Relaxed));
             return d;
         }
+        self.insert(target, model, false)
+    }
+
+    /// The slow path of [`Health::get`]: makes the destination and, unless it is past the bound
+    /// with nothing idle to evict, keeps it. `always`: keep it whatever the bound (an operator's
+    /// admin call).
+    fn insert(&self, target: &str, model: &str, always: bool) -> Arc<DestHealth> {
         let cfg = self
             .policies
             .read()
@@ -292,19 +371,76 @@ impl Health {
         if let Some(d) = self.find(target, model) {
             return d; // added by another request meanwhile
         }
-        self.metrics.breaker_state(target, model, 0);
+        let mut next = FastMap::clone(&self.dests.load());
+        let (declared, keep, evicted) = match self.bound.read() {
+            Ok(bound) => {
+                let declared = bound.declares(target, model);
+                let (keep, evicted) = if declared || always {
+                    (true, 0)
+                } else {
+                    self.make_room(&mut next, &bound)
+                };
+                (declared, keep, evicted)
+            }
+            Err(_) => (false, true, 0),
+        };
         let d = Arc::new(DestHealth::new(
             target,
             model,
             cfg,
-            self.metrics.destination(target, model),
+            self.metrics.destination(target, model, declared),
         ));
-        let mut next = FastMap::clone(&self.dests.load());
-        next.entry(target.to_owned())
-            .or_default()
-            .insert(model.to_owned(), d.clone());
-        self.dests.store(Arc::new(next));
+        d.metrics.breaker_state(0);
+        if keep {
+            // Lookups note the current (even) tick; an insertion takes the odd one after it and
+            // moves the clock on, so it counts as used after every earlier lookup and before every
+            // later one.
+            d.touch(self.tick.fetch_add(2, Ordering::Relaxed) + 1);
+            next.entry(target.to_owned())
+                .or_default()
+                .insert(model.to_owned(), d.clone());
+        }
+        if keep || evicted > 0 {
+            self.dests.store(Arc::new(next));
+        }
         d
+    }
+
+    /// Evicts idle destinations the config does not name from `table`, least recently used first,
+    /// until one more fits under `server.maxDynamicDestinations`. Returns whether it fits and how
+    /// many were evicted.
+    fn make_room(
+        &self,
+        table: &mut FastMap<FastMap<Arc<DestHealth>>>,
+        bound: &Bound,
+    ) -> (bool, usize) {
+        let dynamic = |t: &str, m: &str| !bound.declares(t, m);
+        let mut count = table
+            .iter()
+            .map(|(t, models)| models.keys().filter(|m| dynamic(t, m)).count())
+            .sum::<usize>();
+        let now = self.now();
+        let mut evicted = 0;
+        while count >= bound.max_dynamic {
+            let victim = table
+                .iter()
+                .flat_map(|(t, models)| models.iter().map(move |(m, d)| (t, m, d)))
+                .filter(|(t, m, d)| dynamic(t, m) && d.idle(now))
+                .min_by_key(|(_, _, d)| d.last_used.load(Ordering::Relaxed))
+                .map(|(t, m, _)| (t.clone(), m.clone()));
+            let Some((t, m)) = victim else {
+                return (false, evicted);
+            };
+            if let Some(models) = table.get_mut(&t) {
+                models.remove(&m);
+                if models.is_empty() {
+                    table.remove(&t);
+                }
+            }
+            count -= 1;
+            evicted += 1;
+        }
+        (true, evicted)
     }
 
     /// Looks up a destination without creating it.
@@ -424,7 +560,7 @@ impl Health {
     }
 
     fn transitioned(&self, d: &DestHealth, t: Transition) {
-        transitioned(&self.metrics, d, t);
+        transitioned(d, t);
     }
 
     /// Applies a verdict to the shared state too (in the background: a request never waits on the
@@ -464,7 +600,7 @@ impl Health {
             metrics.state_backend_up(store.is_up());
             let last = d.pending_shares.fetch_sub(1, Ordering::AcqRel) == 1;
             if let (true, Ok((version, shared))) = (last, stored) {
-                adopt(&metrics, &d, version, &shared);
+                adopt(&d, version, &shared);
             }
         });
     }
@@ -501,7 +637,7 @@ impl Health {
                     })
                     .await
                 {
-                    adopt(&self.metrics, d, version, &merged);
+                    adopt(d, version, &merged);
                 }
             }
             return;
@@ -509,7 +645,7 @@ impl Health {
         for (d, shared) in dests.iter().zip(loaded) {
             if let Some((version, s)) = shared {
                 if d.pending_shares.load(Ordering::Acquire) == 0 {
-                    adopt(&self.metrics, d, version, &s);
+                    adopt(d, version, &s);
                 }
             }
         }
@@ -536,9 +672,11 @@ impl Health {
         {
             return false;
         }
-        self.get(target, model)
-            .disabled
-            .store(disabled, Ordering::Relaxed);
+        let d = match self.find(target, model) {
+            Some(d) => d,
+            None => self.insert(target, model, true),
+        };
+        d.disabled.store(disabled, Ordering::Relaxed);
         true
     }
 
@@ -592,10 +730,10 @@ impl Health {
     }
 }
 
-fn transitioned(metrics: &Metrics, d: &DestHealth, t: Transition) {
+fn transitioned(d: &DestHealth, t: Transition) {
     tracing::warn!(target: "sidetrack::breaker", destination = %format!("{}/{}", d.target, d.model), "breaker {t}");
-    metrics.breaker_transition(&d.target, &d.model, t.to.as_str());
-    metrics.breaker_state(&d.target, &d.model, i64::from(t.to.gauge()));
+    d.metrics.breaker_transition(t.to.as_str());
+    d.metrics.breaker_state(i64::from(t.to.gauge()));
     if let Ok(mut i) = d.inner.lock() {
         i.last_transition = Some((t, SystemTime::now()));
     }
@@ -603,7 +741,7 @@ fn transitioned(metrics: &Metrics, d: &DestHealth, t: Transition) {
 
 /// Adopts a shared breaker state into the local one (logging and counting a change of state),
 /// unless this replica already adopted the same or a newer version.
-fn adopt(metrics: &Metrics, d: &DestHealth, version: u64, shared: &SharedBreaker) {
+fn adopt(d: &DestHealth, version: u64, shared: &SharedBreaker) {
     if d.adopted_version.fetch_max(version, Ordering::AcqRel) >= version {
         return;
     }
@@ -613,7 +751,7 @@ fn adopt(metrics: &Metrics, d: &DestHealth, version: u64, shared: &SharedBreaker
         .ok()
         .and_then(|mut i| i.breaker.adopt(shared, Instant::now(), unix_ms()));
     if let Some(t) = t {
-        transitioned(metrics, d, t);
+        transitioned(d, t);
     }
 }
 

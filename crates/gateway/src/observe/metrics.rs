@@ -11,10 +11,16 @@
 //! copied into owned strings to look the series up. The two series touched by every request skip
 //! that: a destination's handles live with its health ([`DestMetrics`]), and `requests_total`
 //! handles are found by borrowed label values in a lock-free map ([`Metrics::request`]).
+//!
+//! Cardinality (SPEC §14 "Names and labels"): every per-destination series carries the model as a
+//! label, and callers choose model names. Destinations the config names always have their own
+//! label; the others (models that reach a target through its globs) have one while fewer than
+//! `server.maxDynamicDestinations` do, and every later one is counted under `model="_other"`
+//! ([`LabelBudget`]). So the number of series is bounded by the config, whatever callers send.
 
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::OnceLock;
+use std::sync::{OnceLock, RwLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -33,6 +39,12 @@ pub const LATENCY_BUCKETS: [f64; 16] = [
 
 /// The `rule` label for requests served by default routing (the routing log's `ruleName: null`).
 pub const DEFAULT_RULE: &str = "default";
+
+/// The `model` label of every destination past `server.maxDynamicDestinations` (SPEC §14).
+pub const OTHER_MODEL: &str = "_other";
+
+/// The default of `server.maxDynamicDestinations` (until a config sets it).
+const DEFAULT_MAX_DYNAMIC: usize = 1000;
 
 /// The exposed metric names, exactly as they appear in the text exposition.
 pub mod names {
@@ -258,15 +270,6 @@ pub struct DestinationLabels {
     pub model: String,
 }
 
-impl DestinationLabels {
-    fn new(target: &str, model: &str) -> DestinationLabels {
-        DestinationLabels {
-            target: target.to_owned(),
-            model: model.to_owned(),
-        }
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct AttemptLabels {
     pub target: String,
@@ -299,6 +302,56 @@ pub struct TokenLabels {
     pub target: String,
     pub model: String,
     pub direction: Direction,
+}
+
+/// Which destinations have a `model` label of their own. A destination the config names
+/// (`declared`) always does. Any other gets one while fewer than `max_dynamic` others have one, and
+/// keeps it for the life of the process (its counters never vanish or restart); once the budget is
+/// spent, new ones are counted under [`OTHER_MODEL`]. Consulted when a destination's handles are
+/// made (once per destination) and by the by-name recording methods, never per attempt.
+#[derive(Debug)]
+struct LabelBudget {
+    max_dynamic: usize,
+    /// How many entries of `labelled` were admitted as dynamic (they count against the budget).
+    dynamic: usize,
+    /// target → models with a label of their own.
+    labelled: hashbrown::HashMap<String, LabelledModels, foldhash::fast::RandomState>,
+}
+
+type LabelledModels = hashbrown::HashSet<String, foldhash::fast::RandomState>;
+
+impl Default for LabelBudget {
+    fn default() -> LabelBudget {
+        LabelBudget {
+            max_dynamic: DEFAULT_MAX_DYNAMIC,
+            dynamic: 0,
+            labelled: Default::default(),
+        }
+    }
+}
+
+impl LabelBudget {
+    fn has(&self, target: &str, model: &str) -> bool {
+        self.labelled.get(target).is_some_and(|m| m.contains(model))
+    }
+
+    /// Does `target`/`model` get its own label? Admits it if it may.
+    fn admit(&mut self, target: &str, model: &str, declared: bool) -> bool {
+        if self.has(target, model) {
+            return true;
+        }
+        if !declared {
+            if self.dynamic >= self.max_dynamic {
+                return false;
+            }
+            self.dynamic += 1;
+        }
+        self.labelled
+            .entry_ref(target)
+            .or_default()
+            .insert(model.to_owned());
+        true
+    }
 }
 
 fn latency_histogram() -> Histogram {
@@ -335,6 +388,8 @@ pub struct Metrics {
     /// The tracer (SPEC §7.3) rides along: every phase that records metrics already holds this
     /// struct, so spans reach the walk and the finish phase without another parameter.
     traces: crate::observe::Traces,
+    /// Which destinations have a `model` label of their own (SPEC §14).
+    labels: RwLock<LabelBudget>,
 }
 
 impl Default for Metrics {
@@ -366,6 +421,7 @@ impl Metrics {
             mid_stream_errors: Family::default(),
             state_backend_up: Gauge::default(),
             traces: crate::observe::Traces::off(),
+            labels: RwLock::default(),
         };
         m.registered()
     }
@@ -489,6 +545,30 @@ impl Metrics {
         self.request_duration.observe(duration.as_secs_f64());
     }
 
+    /// Sets `server.maxDynamicDestinations`: how many destinations the config does not name may
+    /// have a `model` label of their own. Lowering it takes no label away.
+    pub fn set_max_dynamic_destinations(&self, max: usize) {
+        if let Ok(mut b) = self.labels.write() {
+            b.max_dynamic = max;
+        }
+    }
+
+    /// The `model` label of `target`/`model`: the model itself if it has (or may now get) a label
+    /// of its own, else [`OTHER_MODEL`]. `declared`: the config names this destination.
+    fn model_label(&self, target: &str, model: &str, declared: bool) -> String {
+        let known = self.labels.read().is_ok_and(|b| b.has(target, model));
+        let own = known
+            || self
+                .labels
+                .write()
+                .is_ok_and(|mut b| b.admit(target, model, declared));
+        if own {
+            model.to_owned()
+        } else {
+            OTHER_MODEL.to_owned()
+        }
+    }
+
     /// One upstream attempt. `outcome` is the routing log's attempt outcome; `first_byte` is set when
     /// a response-body byte arrived.
     pub fn attempt(
@@ -499,15 +579,25 @@ impl Metrics {
         duration: Duration,
         first_byte: Option<Duration>,
     ) {
-        self.destination(target, model)
+        self.destination(target, model, false)
             .attempt(outcome, duration, first_byte);
     }
 
     /// One destination's handles, looked up once and kept with the destination's health, so the
-    /// request path records an attempt without building label sets or allocating.
-    pub fn destination(&self, target: &str, model: &str) -> DestMetrics {
-        let labels = DestinationLabels::new(target, model);
+    /// request path records an attempt without building label sets or allocating. `declared`: the
+    /// config names this destination (it always has its own `model` label); otherwise the label
+    /// may be [`OTHER_MODEL`] (see [`LabelBudget`]).
+    pub fn destination(&self, target: &str, model: &str, declared: bool) -> DestMetrics {
+        let labels = DestinationLabels {
+            target: target.to_owned(),
+            model: self.model_label(target, model, declared),
+        };
+        // One state gauge per destination: `_other` stands for many, which have no one state.
+        let breaker_state = (labels.model != OTHER_MODEL)
+            .then(|| self.breaker_state.get_or_create(&labels).clone());
         DestMetrics {
+            breaker_state,
+            transitions_family: self.breaker_transitions.clone(),
             attempt_duration_family: self.attempt_duration.clone(),
             time_to_first_byte_family: self.time_to_first_byte.clone(),
             attempt_duration: OnceLock::new(),
@@ -534,17 +624,22 @@ impl Metrics {
     pub fn skip(&self, target: &str, model: &str, why: &str) {
         let labels = SkipLabels {
             target: target.to_owned(),
-            model: model.to_owned(),
+            model: self.model_label(target, model, false),
             why: interned(why, SKIP_WHYS),
         };
         self.skips.get_or_create(&labels).inc();
     }
 
-    /// Sets a destination's breaker gauge: 0 closed, 1 half-open, 2 open.
+    /// Sets a destination's breaker gauge: 0 closed, 1 half-open, 2 open. Nothing for a destination
+    /// counted under `_other` (see [`Metrics::destination`]).
     pub fn breaker_state(&self, target: &str, model: &str, gauge: i64) {
-        self.breaker_state
-            .get_or_create(&DestinationLabels::new(target, model))
-            .set(gauge);
+        let labels = DestinationLabels {
+            target: target.to_owned(),
+            model: self.model_label(target, model, false),
+        };
+        if labels.model != OTHER_MODEL {
+            self.breaker_state.get_or_create(&labels).set(gauge);
+        }
     }
 
     /// A breaker changed state; `to` is `CLOSED`, `HALF_OPEN` or `OPEN`. Does not touch the gauge:
@@ -552,7 +647,7 @@ impl Metrics {
     pub fn breaker_transition(&self, target: &str, model: &str, to: &str) {
         let labels = TransitionLabels {
             target: target.to_owned(),
-            model: model.to_owned(),
+            model: self.model_label(target, model, false),
             to: BreakerTo::parse(to),
         };
         self.breaker_transitions.get_or_create(&labels).inc();
@@ -573,15 +668,17 @@ impl Metrics {
 
     /// A stream that failed after the commit point (SPEC §5.6).
     pub fn mid_stream_error(&self, target: &str, model: &str) {
-        self.mid_stream_errors
-            .get_or_create(&DestinationLabels::new(target, model))
-            .inc();
+        let labels = DestinationLabels {
+            target: target.to_owned(),
+            model: self.model_label(target, model, false),
+        };
+        self.mid_stream_errors.get_or_create(&labels).inc();
     }
 
     /// Usage reported by the upstream. Both directions are recorded (also when 0) so the series
     /// exist from a destination's first response.
     pub fn tokens(&self, target: &str, model: &str, input: u64, output: u64) {
-        self.destination(target, model).tokens(input, output);
+        self.destination(target, model, false).tokens(input, output);
     }
 
     /// The Prometheus text exposition of every metric; serve it with [`Metrics::CONTENT_TYPE`].
@@ -603,6 +700,9 @@ impl Metrics {
 #[derive(Debug)]
 pub struct DestMetrics {
     labels: DestinationLabels,
+    /// `None` for a destination counted under `_other`.
+    breaker_state: Option<Gauge>,
+    transitions_family: Family<TransitionLabels, Counter>,
     attempt_duration_family: HistogramFamily<DestinationLabels>,
     time_to_first_byte_family: HistogramFamily<DestinationLabels>,
     attempt_duration: OnceLock<Histogram>,
@@ -614,6 +714,28 @@ pub struct DestMetrics {
 }
 
 impl DestMetrics {
+    /// The `model` label this destination's series carry: its model, or [`OTHER_MODEL`].
+    pub fn model_label(&self) -> &str {
+        &self.labels.model
+    }
+
+    /// Same as [`Metrics::breaker_state`] for this destination.
+    pub fn breaker_state(&self, gauge: i64) {
+        if let Some(g) = &self.breaker_state {
+            g.set(gauge);
+        }
+    }
+
+    /// Same as [`Metrics::breaker_transition`] for this destination.
+    pub fn breaker_transition(&self, to: &str) {
+        let labels = TransitionLabels {
+            target: self.labels.target.clone(),
+            model: self.labels.model.clone(),
+            to: BreakerTo::parse(to),
+        };
+        self.transitions_family.get_or_create(&labels).inc();
+    }
+
     /// Same as [`Metrics::attempt`] for this destination.
     pub fn attempt(&self, outcome: &str, duration: Duration, first_byte: Option<Duration>) {
         let outcome = AttemptOutcome::parse(outcome);
@@ -1112,6 +1234,68 @@ mod tests {
             ),
             "1"
         );
+    }
+
+    #[test]
+    fn model_labels_past_the_dynamic_bound_are_other() {
+        let m = Metrics::new();
+        m.set_max_dynamic_destinations(2);
+        let ms = Duration::from_millis(1);
+        // Declared destinations do not count against the bound.
+        for i in 0..5 {
+            m.destination("t", &format!("declared-{i}"), true)
+                .attempt("SUCCESS", ms, None);
+        }
+        for model in ["a", "b", "c", "d", "a"] {
+            m.destination("t", model, false)
+                .attempt("SUCCESS", ms, None);
+        }
+        m.skip("t", "e", "BREAKER_OPEN");
+        m.mid_stream_error("t", "b");
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_attempts_total{target="t",model="declared-4",outcome="SUCCESS"}"#
+            ),
+            "1"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_attempts_total{target="t",model="a",outcome="SUCCESS"}"#
+            ),
+            "2"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_attempts_total{target="t",model="_other",outcome="SUCCESS"}"#
+            ),
+            "2"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_skips_total{target="t",model="_other",why="BREAKER_OPEN"}"#
+            ),
+            "1"
+        );
+        assert_eq!(
+            value(
+                &m,
+                r#"sidetrack_mid_stream_errors_total{target="t",model="b"}"#
+            ),
+            "1"
+        );
+        let text = m.render();
+        assert!(!text.contains("model=\"c\""), "{text}");
+        assert!(!text.contains(r#"sidetrack_breaker_state{target="t",model="_other"}"#));
+        // Raising the bound admits new names; lowering it takes no label away.
+        m.set_max_dynamic_destinations(3);
+        assert_eq!(m.destination("t", "c", false).model_label(), "c");
+        m.set_max_dynamic_destinations(1);
+        assert_eq!(m.destination("t", "b", false).model_label(), "b");
+        assert_eq!(m.destination("t", "z", false).model_label(), OTHER_MODEL);
     }
 
     #[test]

@@ -80,25 +80,24 @@ pub struct RoutingRecord {
     pub usage: Option<UsageRecord>,
 }
 
-/// A request id: 32 lower-case hex digits, a random per-process prefix and a counter (no syscall,
-/// lock or allocation per request, unlike drawing a random UUID each time). A value: the context,
-/// the routing record and the response header each hold a copy.
+/// A request id: a UUIDv7 (RFC 9562) — 48 bits of Unix milliseconds, so ids sort by time, and 74
+/// random bits from the thread's CSPRNG (rand's ChaCha12 `ThreadRng`, reseeded from the OS; no
+/// syscall, lock or allocation per id), so an id can be neither guessed nor used to count
+/// requests (SPEC §14). Written as 32 lower-case hex digits without hyphens: the id is also the
+/// request's trace id, whose W3C form that is (docs/decisions/0004-names-labels-and-selection.md). A value:
+/// the context, the routing record and the response header each hold a copy.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RequestId([u8; 32]);
 
 impl RequestId {
     pub fn next() -> RequestId {
-        use std::sync::OnceLock;
-        static PREFIX: OnceLock<u64> = OnceLock::new();
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let prefix = *PREFIX.get_or_init(|| uuid::Uuid::new_v4().as_u64_pair().0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let id = (u128::from(prefix) << 64) | u128::from(n);
-        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let millis = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let random: [u8; 10] = rand::random();
+        let id = uuid::Builder::from_unix_timestamp_millis(millis, &random).into_uuid();
         let mut digits = [0u8; 32];
-        for (i, d) in digits.iter_mut().enumerate() {
-            *d = HEX[((id >> ((31 - i) * 4)) & 0xf) as usize];
-        }
+        id.simple().encode_lower(&mut digits);
         RequestId(digits)
     }
 
@@ -276,22 +275,53 @@ mod tests {
     use super::*;
 
     #[test]
-    fn request_ids_are_32_hex_digits_sharing_a_prefix_and_never_repeat() {
-        let (a, b) = (RequestId::next(), RequestId::next());
-        let (a, b) = (a.as_str(), b.as_str());
-        for id in [a, b] {
-            assert_eq!(id.len(), 32, "{id}");
-            assert!(id
+    fn request_ids_are_uuid_v7_in_32_hex_digits_time_ordered_and_random() {
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let ids: Vec<RequestId> = (0..1000).map(|_| RequestId::next()).collect();
+        let after = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let mut seen = std::collections::HashSet::new();
+        let mut last_ms = 0;
+        for id in &ids {
+            let s = id.as_str();
+            assert_eq!(s.len(), 32, "{s}");
+            assert!(s
                 .bytes()
                 .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+            let u = uuid::Uuid::parse_str(s).unwrap();
+            assert_eq!(u.get_version_num(), 7, "{s}");
+            assert_eq!(u.get_variant(), uuid::Variant::RFC4122, "{s}");
+            let ms = u64::from_str_radix(&s[..12], 16).unwrap();
+            assert!(
+                (before..=after).contains(&ms),
+                "{ms} not in {before}..={after}"
+            );
+            assert!(ms >= last_ms, "time-ordered by millisecond");
+            last_ms = ms;
+            assert!(seen.insert(*id), "repeated id {s}");
         }
-        assert_eq!(a[..16], b[..16], "one per-process prefix");
-        assert_ne!(a, b);
-        let (na, nb) = (
-            u64::from_str_radix(&a[16..], 16).unwrap_or_default(),
-            u64::from_str_radix(&b[16..], 16).unwrap_or_default(),
+        // No counter: the random part of consecutive ids does not step by one, and its bits
+        // vary (a counter or a fixed prefix would leave most of them equal).
+        let random = |id: &RequestId| u128::from_str_radix(&id.as_str()[16..], 16).unwrap();
+        let steps = ids
+            .windows(2)
+            .filter(|w| random(&w[1]).wrapping_sub(random(&w[0])) == 1)
+            .count();
+        assert_eq!(steps, 0);
+        let differing_bits: u32 = ids
+            .windows(2)
+            .map(|w| (random(&w[0]) ^ random(&w[1])).count_ones())
+            .sum();
+        let mean = f64::from(differing_bits) / 999.0;
+        assert!(
+            (25.0..39.0).contains(&mean),
+            "about half of 64 bits differ: {mean}"
         );
-        assert!(nb > na, "the counter part increases: {a} then {b}");
     }
 
     #[test]

@@ -282,16 +282,13 @@ fn handle(
             match dialect.parse_request(body, path_model.as_deref(), path_stream) {
                 Ok(p) => p,
                 Err(e) => {
-                    return ctx.reject(
-                        GatewayErrorKind::InvalidRequest,
-                        &e.to_string(),
-                        "invalidRequest",
-                    )
+                    return ctx.reject(GatewayErrorKind::InvalidRequest, &e.to_string(), e.why())
                 }
             };
         ctx.requested_model = Some(parsed.model.clone());
         ctx.streamed = parsed.stream;
-        if !principal.may_use(&parsed.model) {
+        // access: the principal's allow-list, for every route (a pin is checked by its model part)
+        if !principal.may_use(routing::access_name(&rt.config, &parsed.model)) {
             let msg = format!(
                 "principal `{}` may not use model `{}`",
                 principal.name, parsed.model
@@ -322,17 +319,6 @@ fn handle(
         };
         let plan = match routing::resolve(&rt.config, &input, &shared.picker) {
             Resolved::Plan(plan) => plan,
-            Resolved::Denied(rule) => {
-                let msg = format!(
-                    "principal `{}` is not allowed by rule `{}` for model `{}`",
-                    principal.name, rule.name, parsed.model
-                );
-                return ctx.reject(
-                    GatewayErrorKind::PermissionDenied,
-                    &msg,
-                    "principalNotAllowed",
-                );
-            }
             Resolved::Unroutable => {
                 let msg = format!("no route for model `{}`", parsed.model);
                 return ctx.unroutable(&msg);
