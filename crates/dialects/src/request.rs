@@ -34,6 +34,9 @@ pub struct ParsedRequest {
     pub model: String,
     pub stream: bool,
     pub features: Features,
+    /// OpenAI chat `stream_options.include_usage`: `None` without `stream_options`, else its value
+    /// (`false` when absent or not `true`).
+    pub stream_usage: Option<bool>,
     body: Bytes,
     /// Byte range of the `model` value (including its quotes) inside `body`.
     model_span: Range<usize>,
@@ -185,14 +188,53 @@ impl ParsedRequest {
             json_schema,
             estimated_prompt_tokens: (text.len() as u64) / 4,
         };
+        // Read only when present (seldom): `{"include_usage": true, ...}`.
+        let stream_usage = top.stream_options.map(|raw| {
+            #[derive(serde::Deserialize)]
+            struct Options {
+                include_usage: Option<serde_json::Value>,
+            }
+            serde_json::from_str::<Options>(raw.get())
+                .is_ok_and(|o| o.include_usage == Some(serde_json::Value::Bool(true)))
+        });
         Ok(ParsedRequest {
             dialect,
             model,
             stream,
             features,
+            stream_usage,
             body: Bytes::new(),
             model_span,
         })
+    }
+
+    /// An OpenAI chat body (`body`, this request's or derived from it) that asks the upstream for
+    /// the usage chunk of a stream (`stream_options.include_usage: true`). The member is added in
+    /// front when the caller sent no `stream_options` (no parse); an existing one is rewritten.
+    pub fn asking_stream_usage(&self, body: Bytes) -> Bytes {
+        const MEMBER: &[u8] = br#""stream_options":{"include_usage":true},"#;
+        if self.stream_usage.is_none() {
+            let Some(open) = body.iter().position(|b| *b == b'{') else {
+                return body;
+            };
+            let mut out = BytesMut::with_capacity(body.len() + MEMBER.len());
+            out.extend_from_slice(&body[..=open]);
+            out.extend_from_slice(MEMBER);
+            out.extend_from_slice(&body[open + 1..]);
+            return out.freeze();
+        }
+        let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(&body) else {
+            return body;
+        };
+        if let Some(o) = v.get_mut("stream_options").and_then(|o| o.as_object_mut()) {
+            o.insert("include_usage".into(), serde_json::Value::Bool(true));
+        } else if let Some(top) = v.as_object_mut() {
+            top.insert(
+                "stream_options".into(),
+                serde_json::json!({"include_usage": true}),
+            );
+        }
+        Bytes::from(v.to_string())
     }
 
     /// A request whose model arrives in the URL path (Bedrock: `/model/{modelId}/...`) rather than
@@ -211,6 +253,7 @@ impl ParsedRequest {
             model,
             stream,
             features,
+            stream_usage: None,
             body,
             model_span: 0..0,
         }
@@ -254,6 +297,8 @@ pub(crate) struct TopMembers<'a> {
     pub(crate) tool_config: Option<&'a RawValue>,
     /// Structured output in Bedrock InvokeModel's Anthropic body.
     pub(crate) output_format: Option<&'a RawValue>,
+    /// OpenAI chat's `stream_options` (`include_usage`).
+    pub(crate) stream_options: Option<&'a RawValue>,
 }
 
 /// Reads [`TopMembers`] and refuses a repeated top-level key, noting it in `duplicate` (a serde
@@ -293,6 +338,7 @@ impl<'de> Visitor<'de> for TopMembersSeed<'_> {
                 TopKey::ResponseFormat => (&mut top.response_format, "response_format"),
                 TopKey::ToolConfig => (&mut top.tool_config, "toolConfig"),
                 TopKey::OutputFormat => (&mut top.output_format, "output_format"),
+                TopKey::StreamOptions => (&mut top.stream_options, "stream_options"),
                 TopKey::Other(key) => {
                     if let Err(key) = others.insert(key) {
                         return Err(repeated(&key));
@@ -374,6 +420,7 @@ enum TopKey<'de> {
     ResponseFormat,
     ToolConfig,
     OutputFormat,
+    StreamOptions,
     Other(Cow<'de, str>),
 }
 
@@ -386,6 +433,7 @@ impl TopKey<'_> {
             "response_format" => TopKey::ResponseFormat,
             "toolConfig" => TopKey::ToolConfig,
             "output_format" => TopKey::OutputFormat,
+            "stream_options" => TopKey::StreamOptions,
             _ => return None,
         })
     }

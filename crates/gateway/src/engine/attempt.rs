@@ -56,6 +56,9 @@ pub struct AttemptSpec<'a> {
     pub deadline: Instant,
     pub stream_commit: StreamCommit,
     pub bounds: Bounds,
+    /// The gateway asked the upstream for a usage chunk the caller did not ask for (SPEC §14
+    /// "Token limits"): the stream pipe keeps it from the caller.
+    pub strip_usage: bool,
 }
 
 /// A classified attempt.
@@ -433,6 +436,7 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
             spec.response_id,
             spec.model,
             spec.bounds.max_stream_event_bytes,
+            spec.strip_usage,
         ));
         if translated {
             let ct = http::HeaderValue::from_static(spec.caller.stream_content_type());

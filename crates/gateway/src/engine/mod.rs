@@ -415,8 +415,18 @@ async fn attempt_one(
     input: &WalkInput<'_, '_>,
 ) -> Result<attempt::Attempt, Skip> {
     let format = providers::format_for(dest.target.provider, input.request.dialect);
-    let body = translate::request_body(format, input.request, &dest.model)
+    let mut body = translate::request_body(format, input.request, &dest.model)
         .map_err(|e| Skip::Ineligible(e.0))?;
+    // Token limits and usage records need the usage of every stream: an OpenAI chat upstream is
+    // asked for it, and it is kept from a caller that did not ask (SPEC §14).
+    let chat = sidetrack_dialects::Dialect::OpenAiChat;
+    let strip_usage = format == chat
+        && input.request.dialect == chat
+        && input.request.stream
+        && input.request.stream_usage != Some(true);
+    if strip_usage {
+        body = input.request.asking_stream_usage(body);
+    }
     // The spec is built in a block that ends before the await: the attempt's future then keeps
     // the running attempt only, not also the request's build result or the spec.
     Ok({
@@ -451,6 +461,7 @@ async fn attempt_one(
             deadline: input.deadline,
             stream_commit: input.stream_commit,
             bounds: input.bounds,
+            strip_usage,
         })
     }
     .await)

@@ -48,7 +48,14 @@ pub struct Pipe {
     /// Chunks classified in place before the commit and not yet given to the decoder: they are
     /// pushed into it (a copy) when it is next read, after the first bytes went out.
     unread: SmallVec<[Bytes; 2]>,
+    /// With a usage chunk to keep from the caller: the bytes of an event not yet whole.
+    strip: Option<BytesMut>,
 }
+
+/// A chat chunk whose `choices` is empty: OpenAI's usage chunk has that, content chunks never.
+const EMPTY_LIST: &[u8] = b"[]";
+/// Past this, an event that never ends (no blank line) is passed on as it is.
+const MAX_CARRY: usize = 64 * 1024;
 
 enum Way {
     ChatPassthrough(SseDecoder),
@@ -62,12 +69,15 @@ enum Way {
 impl Pipe {
     /// A pipe from an upstream speaking `upstream` to a caller speaking `caller`. `id` and `model`
     /// name the message in a translated stream; no upstream event may exceed `max_event` bytes.
+    /// `strip_usage`: the gateway asked an OpenAI chat upstream for the usage chunk the caller did
+    /// not ask for; it is read, and kept from the caller ([`Pipe::outgoing`]).
     pub fn new(
         upstream: Dialect,
         caller: Dialect,
         id: &str,
         model: &str,
         max_event: usize,
+        strip_usage: bool,
     ) -> Pipe {
         let decoder = || {
             let mut d = upstream.stream_decoder();
@@ -92,6 +102,7 @@ impl Pipe {
             state: StreamState::default(),
             at_event_start: true,
             unread: SmallVec::new(),
+            strip: strip_usage.then(BytesMut::new),
         }
     }
 
@@ -151,10 +162,53 @@ impl Pipe {
                         self.at_event_start = decoder.at_event_start();
                     }
                 }
-                chunk
+                self.outgoing(chunk)
             }
             _ => self.feed(chunk),
         }
+    }
+
+    /// The bytes of a chat pass-through chunk the caller gets: all of them, unless the gateway
+    /// asked for a usage chunk the caller did not ask for — then that event is left out. A chunk
+    /// of whole events without `[]` (every content chunk) is passed as it is; others are split
+    /// into whole events (the tail of an unfinished one waits for the next chunk).
+    pub fn outgoing(&mut self, chunk: Bytes) -> Bytes {
+        let Some(carry) = self.strip.as_mut() else {
+            return chunk;
+        };
+        if carry.is_empty()
+            && chunk.ends_with(b"\n\n")
+            && memchr::memmem::find(&chunk, EMPTY_LIST).is_none()
+        {
+            return chunk;
+        }
+        carry.extend_from_slice(&chunk);
+        let Some(end) = memchr::memmem::rfind(carry, b"\n\n") else {
+            if carry.len() > MAX_CARRY {
+                return carry.split().freeze();
+            }
+            return Bytes::new();
+        };
+        let whole = carry.split_to(end + 2);
+        let mut out = BytesMut::with_capacity(whole.len());
+        let mut rest = &whole[..];
+        while !rest.is_empty() {
+            let n = memchr::memmem::find(rest, b"\n\n").map_or(rest.len(), |i| i + 2);
+            let (event, tail) = rest.split_at(n);
+            if !is_usage_chunk(event) {
+                out.extend_from_slice(event);
+            }
+            rest = tail;
+        }
+        out.freeze()
+    }
+
+    /// What [`Pipe::outgoing`] still holds of an unfinished event, for the stream's end.
+    pub fn take_carry(&mut self) -> Option<Bytes> {
+        self.strip
+            .as_mut()
+            .filter(|c| !c.is_empty())
+            .map(|c| c.split().freeze())
     }
 
     /// Reads whatever [`Pipe::feed_until_decided`] left in the decoder.
@@ -215,6 +269,21 @@ impl Pipe {
             }
         }
     }
+}
+
+/// One whole SSE event (its lines and the blank line): is it a chat chunk with `choices: []` and
+/// a `usage` object?
+fn is_usage_chunk(event: &[u8]) -> bool {
+    if memchr::memmem::find(event, EMPTY_LIST).is_none() {
+        return false;
+    }
+    let mut decoder = SseDecoder::new();
+    decoder.push(event);
+    decoder.next_event().is_some_and(|ev| {
+        serde_json::from_str::<serde_json::Value>(&ev.data).is_ok_and(|v| {
+            v["choices"].as_array().is_some_and(Vec::is_empty) && v["usage"].is_object()
+        })
+    })
 }
 
 fn push_unread(decoder: &mut SseDecoder, unread: &mut SmallVec<[Bytes; 2]>) {
@@ -292,5 +361,59 @@ fn watched(state: &mut StreamState, ev: &Event) {
             state.error.get_or_insert((*status, error_type.clone()));
         }
         Event::Start { .. } | Event::BlockStop { .. } => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONTENT: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n";
+    const USAGE: &str =
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\n";
+    const DONE: &str = "data: [DONE]\n\n";
+
+    fn pipe(strip: bool) -> Pipe {
+        let chat = Dialect::OpenAiChat;
+        Pipe::new(chat, chat, "id", "m", 1 << 20, strip)
+    }
+
+    /// Feeds `whole` split at every position into two chunks; returns what the caller got.
+    fn through(strip: bool, whole: &str) -> Vec<String> {
+        (0..=whole.len())
+            .map(|at| {
+                let mut p = pipe(strip);
+                let mut out = Vec::new();
+                for part in [&whole[..at], &whole[at..]] {
+                    out.extend_from_slice(&p.outgoing(Bytes::copy_from_slice(part.as_bytes())));
+                }
+                out.extend_from_slice(&p.take_carry().unwrap_or_default());
+                String::from_utf8(out).unwrap_or_default()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_usage_chunk_the_caller_did_not_ask_for_is_left_out_wherever_it_is_split() {
+        let whole = format!("{CONTENT}{USAGE}{DONE}");
+        for got in through(true, &whole) {
+            assert_eq!(got, format!("{CONTENT}{DONE}"));
+        }
+        for got in through(false, &whole) {
+            assert_eq!(got, whole, "without strip every byte passes");
+        }
+    }
+
+    #[test]
+    fn content_chunks_pass_as_they_are_and_other_empty_lists_stay() {
+        let mut p = pipe(true);
+        let chunk = Bytes::from_static(CONTENT.as_bytes());
+        assert_eq!(
+            p.outgoing(chunk.clone()).as_ptr(),
+            chunk.as_ptr(),
+            "no copy"
+        );
+        let tools = "data: {\"choices\":[{\"delta\":{\"tool_calls\":[]}}]}\n\n";
+        assert_eq!(p.outgoing(Bytes::from_static(tools.as_bytes())), tools);
     }
 }

@@ -197,6 +197,7 @@ impl<F: OnFinish> RelayBody<F> {
         self.end.mid_stream_error = true;
         self.end.detail.get_or_insert(detail);
         if let Some(p) = self.pipe.as_mut() {
+            self.held.extend(p.take_carry());
             self.trailer = p.error_tail(message);
         }
     }
@@ -294,7 +295,7 @@ impl<F: OnFinish> Body for RelayBody<F> {
                                     pipe.watch(&previous);
                                 }
                                 this.behind = true;
-                                data
+                                pipe.outgoing(data)
                             } else {
                                 pipe.feed(data)
                             };
@@ -334,6 +335,9 @@ impl<F: OnFinish> Body for RelayBody<F> {
                         .is_none_or(|p| p.state().seen_done || p.state().error.is_some());
                     if ended_cleanly {
                         this.rest = None;
+                        if let Some(p) = this.pipe.as_mut() {
+                            this.held.extend(p.take_carry());
+                        }
                     } else {
                         this.fail(
                             "streamEndedWithoutDone",
