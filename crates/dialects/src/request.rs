@@ -564,6 +564,7 @@ mod tests {
             response_format: get("response_format"),
             tool_config: get("toolConfig"),
             output_format: get("output_format"),
+            stream_options: get("stream_options"),
         };
         let request = ParsedRequest::from_members(dialect, text, &members)?;
         Ok(ParsedRequest { body, ..request })
