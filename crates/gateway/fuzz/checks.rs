@@ -22,7 +22,10 @@ pub fn request_path(data: &[u8]) {
         DataPath::Dialect(p, _) => assert_eq!(p, path),
         DataPath::Bedrock { raw_id, operation } => {
             assert!(!raw_id.is_empty() && !operation.is_empty(), "{path:?}");
-            assert!(!raw_id.contains('/') && !operation.contains('/'), "{path:?}");
+            assert!(
+                !raw_id.contains('/') && !operation.contains('/'),
+                "{path:?}"
+            );
             let rebuilt = format!("/model/{raw_id}/{operation}");
             assert!(
                 path == rebuilt || path.strip_prefix("/inference") == Some(&rebuilt),
@@ -64,7 +67,11 @@ pub fn admin_request(data: &[u8]) {
     if sidetrack_gateway::admin::same_origin(&method, &uri, &headers).is_err() {
         return;
     }
-    let text = |name| headers.get(name).and_then(|v: &HeaderValue| v.to_str().ok());
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
     if let Some(origin) = headers.get(ORIGIN) {
         let origin = origin.to_str().unwrap().to_ascii_lowercase();
         let host = text(HOST).unwrap().to_ascii_lowercase();

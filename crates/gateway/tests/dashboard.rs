@@ -210,8 +210,12 @@ impl Browser {
                 Some(&session),
             )
         };
-        self.call("Page.navigate", serde_json::json!({"url": url}), Some(&session))
-            .unwrap();
+        self.call(
+            "Page.navigate",
+            serde_json::json!({"url": url}),
+            Some(&session),
+        )
+        .unwrap();
         // Until the page has loaded (an evaluation during the navigation may lose its context).
         let loaded = format!(
             "document.readyState === 'complete' && location.href === {}",

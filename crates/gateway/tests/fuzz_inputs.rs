@@ -135,5 +135,8 @@ async fn request_heads_fed_to_the_data_plane_neither_panic_nor_hang() {
         let input = mutate(&mut g, checks::HEAD_SEEDS);
         answered += usize::from(!checks::request_head(&gw, &input).await.is_empty());
     }
-    assert!(answered > 500, "only {answered} of 1500 inputs got an answer");
+    assert!(
+        answered > 500,
+        "only {answered} of 1500 inputs got an answer"
+    );
 }

@@ -1,6 +1,7 @@
-//! The hostile caller (SPEC §14; part of the "hostile-world" suite): heads and bodies dribbled a
-//! byte at a time, idle keep-alive connections, more connections than `server.maxConnections`,
-//! and browser pages on other sites — against the data plane and the admin port. Real sockets,
+//! The hostile caller (SPEC §14; part of the "hostile-world" suite): heads, bodies and TLS
+//! handshakes dribbled a byte at a time, idle keep-alive connections (HTTP/1 and HTTP/2), a caller
+//! that stops reading, more connections than `server.maxConnections`, and browser pages on other
+//! sites — against the data plane and the admin port. Real sockets,
 //! a real gateway, the real mock provider; small timeouts keep the suite fast. Each test would
 //! fail against a gateway without the bound it names (the connection would stay open, the
 //! request would be served).
@@ -169,7 +170,10 @@ async fn a_head_dribbled_byte_by_byte_is_cut_off_at_the_header_timeout_on_both_p
             "{addr}: closed after {took:?}, want ~300 ms"
         );
         let sent = sender.await.unwrap();
-        assert!(sent < total, "{addr}: the head was still arriving ({sent}/{total} bytes)");
+        assert!(
+            sent < total,
+            "{addr}: the head was still arriving ({sent}/{total} bytes)"
+        );
     }
 }
 
@@ -248,7 +252,10 @@ async fn a_body_that_keeps_trickling_is_answered_408_in_the_callers_dialect_at_t
 #[tokio::test]
 async fn an_idle_keep_alive_connection_is_closed_at_the_idle_timeout_not_the_header_timeout() {
     let env = gateway(200, 5_000, 800, "").await;
-    for (addr, path) in [(env.gw.addr, "/healthz"), (env.gw.admin_addr, "/admin/config")] {
+    for (addr, path) in [
+        (env.gw.addr, "/healthz"),
+        (env.gw.admin_addr, "/admin/config"),
+    ] {
         let mut s = TcpStream::connect(addr).await.unwrap();
         s.write_all(get(path, "127.0.0.1").as_bytes())
             .await
@@ -280,7 +287,10 @@ async fn hold_connections(addr: SocketAddr, path: &str, max: usize) -> Vec<TcpSt
 #[tokio::test]
 async fn past_max_connections_new_ones_wait_until_one_closes_on_both_ports() {
     let env = gateway(10_000, 10_000, 10_000, "  maxConnections: 3").await;
-    for (addr, path) in [(env.gw.addr, "/healthz"), (env.gw.admin_addr, "/admin/config")] {
+    for (addr, path) in [
+        (env.gw.addr, "/healthz"),
+        (env.gw.admin_addr, "/admin/config"),
+    ] {
         let mut held = hold_connections(addr, path, 3).await;
         // The kernel completes the handshake (backlog), the gateway does not take it yet.
         let mut waiting = TcpStream::connect(addr).await.unwrap();
@@ -289,8 +299,7 @@ async fn past_max_connections_new_ones_wait_until_one_closes_on_both_ports() {
             .await
             .unwrap();
         let mut buf = [0u8; 1];
-        let early =
-            tokio::time::timeout(Duration::from_millis(400), waiting.peek(&mut buf)).await;
+        let early = tokio::time::timeout(Duration::from_millis(400), waiting.peek(&mut buf)).await;
         assert!(
             early.is_err(),
             "{addr}: a 4th connection was served past maxConnections 3"
@@ -369,7 +378,11 @@ async fn the_admin_plane_refuses_forms_foreign_origins_and_foreign_hosts_without
         let r = exchange(admin, &req).await;
         assert_eq!(r.status, 403, "{what}: {}", r.body);
         assert!(r.json()["error"].is_string(), "{what}: {}", r.body);
-        assert_eq!(env.destination("up", "m-a").await["disabled"], false, "{what}");
+        assert_eq!(
+            env.destination("up", "m-a").await["disabled"],
+            false,
+            "{what}"
+        );
     }
 
     // DNS rebinding: the page's own origin, but a foreign name in Host, reading the config.
@@ -492,7 +505,11 @@ async fn a_listed_origin_is_served_with_cors_and_its_preflight_answered() {
         Some("https://app.example")
     );
     let exposed = r.header("access-control-expose-headers").unwrap();
-    for h in ["x-sidetrack-request-id", "x-sidetrack-served-by", "retry-after"] {
+    for h in [
+        "x-sidetrack-request-id",
+        "x-sidetrack-served-by",
+        "retry-after",
+    ] {
         assert!(exposed.contains(h), "{exposed}");
     }
     assert!(r.header("x-sidetrack-request-id").is_some());
@@ -510,7 +527,10 @@ async fn a_listed_origin_is_served_with_cors_and_its_preflight_answered() {
         r.header("access-control-allow-origin"),
         Some("https://app.example")
     );
-    assert!(r.header("access-control-allow-methods").unwrap().contains("POST"));
+    assert!(r
+        .header("access-control-allow-methods")
+        .unwrap()
+        .contains("POST"));
     assert_eq!(
         r.header("access-control-allow-headers"),
         Some("authorization, content-type, x-stainless-os, anthropic-version")
@@ -518,4 +538,152 @@ async fn a_listed_origin_is_served_with_cors_and_its_preflight_answered() {
     let r = exchange(env.gw.addr, &preflight("https://evil.example")).await;
     assert_eq!(r.status, 403, "{}", r.head);
     assert!(r.header("access-control-allow-origin").is_none());
+}
+
+// --- TLS and HTTP/2 --------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_tls_handshake_that_never_completes_is_cut_off_at_the_header_timeout() {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let dir = std::env::temp_dir().join(format!("sidetrack-hostile-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.signing_key.serialize_pem()).unwrap();
+    let tls = format!(
+        "  tls: {{ certFile: {}, keyFile: {} }}",
+        cert_path.display(),
+        key_path.display()
+    );
+    let env = gateway(300, 5_000, 5_000, &tls).await;
+    let (mut rd, wr) = TcpStream::connect(env.gw.addr).await.unwrap().into_split();
+    // The first bytes of a ClientHello record, then nothing more than a byte now and then.
+    let sender = dribble(
+        wr,
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03".repeat(20),
+        Duration::from_millis(20),
+    );
+    let (took, _) = closed_within(&mut rd, Duration::from_secs(5)).await;
+    assert!(
+        took >= Duration::from_millis(290) && took < Duration::from_secs(2),
+        "closed after {took:?}, want ~300 ms"
+    );
+    sender.abort();
+}
+
+/// One HTTP/2 frame: (type, flags, stream id, payload).
+async fn read_frame(s: &mut TcpStream) -> (u8, u8, u32, Vec<u8>) {
+    let mut head = [0u8; 9];
+    s.read_exact(&mut head).await.unwrap();
+    let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+    let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+    let mut payload = vec![0u8; len];
+    s.read_exact(&mut payload).await.unwrap();
+    (head[3], head[4], stream, payload)
+}
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len();
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+#[tokio::test]
+async fn an_idle_http2_connection_lasts_the_idle_timeout_even_when_the_client_pings() {
+    let env = gateway(200, 5_000, 800, "").await;
+    let mut s = TcpStream::connect(env.gw.addr).await.unwrap();
+    // Preface, empty SETTINGS, and GET /healthz on stream 1 (HPACK: :method GET, :scheme http,
+    // :path literal "/healthz", :authority literal "x").
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend(frame(0x4, 0, 0, &[]));
+    let mut block = vec![0x82, 0x86, 0x04, 8];
+    block.extend_from_slice(b"/healthz");
+    block.extend_from_slice(&[0x01, 1, b'x']);
+    hello.extend(frame(0x1, 0x5, 1, &block));
+    s.write_all(&hello).await.unwrap();
+    loop {
+        let (kind, flags, stream, _) = read_frame(&mut s).await;
+        if kind == 0x4 && flags & 1 == 0 {
+            s.write_all(&frame(0x4, 1, 0, &[])).await.unwrap(); // SETTINGS ack
+        }
+        // The response ends with END_STREAM on stream 1 (HEADERS or DATA).
+        if stream == 1 && (kind == 0x0 || kind == 0x1) && flags & 1 == 1 {
+            break;
+        }
+    }
+    let idle_from = Instant::now();
+    // A PING between requests is not the start of a slow head.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    s.write_all(&frame(0x6, 0, 0, &[7; 8])).await.unwrap();
+    let mut got_ack = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut head = [0u8; 9];
+        match tokio::time::timeout_at(deadline, s.read_exact(&mut head)).await {
+            Ok(Ok(_)) => {
+                let len = usize::from(head[2]) | usize::from(head[1]) << 8;
+                let mut payload = vec![0u8; len];
+                if s.read_exact(&mut payload).await.is_err() {
+                    break;
+                }
+                got_ack |= head[3] == 0x6 && head[4] & 1 == 1;
+            }
+            Ok(Err(_)) => break,
+            Err(_) => panic!("the idle HTTP/2 connection is still open after 5 s"),
+        }
+    }
+    let took = idle_from.elapsed();
+    assert!(got_ack, "the gateway answered the PING");
+    assert!(
+        took >= Duration::from_millis(750) && took < Duration::from_secs(3),
+        "closed {took:?} after the response, want ~800 ms (the header timeout is 200 ms)"
+    );
+}
+
+#[tokio::test]
+async fn a_caller_that_stops_reading_a_stream_is_cut_off_after_the_idle_timeout() {
+    // A stream of 100000 chunks a millisecond apart: 100 s unless the gateway gives up on a
+    // caller that takes nothing.
+    let long = sidetrack_mock::Behaviour {
+        stream_chunks: Some(100_000),
+        chunk_interval_milliseconds: Some(1),
+        ..sidetrack_mock::Behaviour::default()
+    };
+    let env = start(
+        &config(5_000, 5_000, 500, ""),
+        common::behaviours(&[("m-long", long)]),
+    )
+    .await;
+    // A pipe that holds 256 bytes: the caller's socket buffer, full in no time.
+    let (mut client, server) = tokio::io::duplex(256);
+    let serve = env.gw.serve_connection(server);
+    tokio::pin!(serve);
+    let body = r#"{"model":"m-long","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let talk = async {
+        client
+            .write_all(post("/v1/chat/completions", body, "").as_bytes())
+            .await
+            .unwrap();
+        let mut status = [0u8; 12];
+        client.read_exact(&mut status).await.unwrap();
+        assert_eq!(&status, b"HTTP/1.1 200");
+        Instant::now()
+    };
+    let stalled_from = tokio::select! {
+        at = talk => at,
+        () = &mut serve => panic!("the connection ended before the stream began"),
+    };
+    tokio::time::timeout(Duration::from_secs(5), serve)
+        .await
+        .expect("a caller that reads nothing still holds its connection after 5 s");
+    let took = stalled_from.elapsed();
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_secs(3),
+        "cut off {took:?} after the caller stopped reading, want ~500 ms"
+    );
+    drop(client);
+    let rec = env.record(1).await;
+    assert!(rec.streamed);
 }

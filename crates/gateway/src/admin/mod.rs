@@ -67,13 +67,12 @@ async fn same_origin_only(req: Request, next: Next) -> Response {
 ///   case aside); `null` and every other origin fail.
 /// - Methods other than GET, HEAD and OPTIONS need `content-type: application/json` (parameters
 ///   after `;` allowed).
-pub fn same_origin(
-    method: &Method,
-    uri: &Uri,
-    headers: &HeaderMap,
-) -> Result<(), String> {
+pub fn same_origin(method: &Method, uri: &Uri, headers: &HeaderMap) -> Result<(), String> {
     let host = match headers.get(HOST) {
-        Some(h) => Some(h.to_str().map_err(|_| "the Host header is not text".to_owned())?),
+        Some(h) => Some(
+            h.to_str()
+                .map_err(|_| "the Host header is not text".to_owned())?,
+        ),
         None => uri.authority().map(|a| a.as_str()),
     };
     if let Some(host) = host {
@@ -153,8 +152,8 @@ fn split_host(host: &str) -> Option<(&str, bool)> {
             (name, false, port)
         }
     };
-    let port_ok =
-        port.is_empty() || (port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u16>().is_ok());
+    let port_ok = port.is_empty()
+        || (port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u16>().is_ok());
     (!name.is_empty() && port_ok).then_some((name, v6))
 }
 
@@ -347,7 +346,11 @@ mod tests {
             assert_eq!(
                 check(
                     Method::POST,
-                    &[host, ("origin", origin), ("content-type", "application/json")],
+                    &[
+                        host,
+                        ("origin", origin),
+                        ("content-type", "application/json")
+                    ],
                 ),
                 Ok(())
             );
@@ -383,10 +386,7 @@ mod tests {
             );
         }
         for ct in ["application/json", "Application/JSON; charset=utf-8"] {
-            assert_eq!(
-                check(Method::POST, &[host, ("content-type", ct)]),
-                Ok(())
-            );
+            assert_eq!(check(Method::POST, &[host, ("content-type", ct)]), Ok(()));
         }
         assert_eq!(check(Method::GET, &[host]), Ok(()));
     }

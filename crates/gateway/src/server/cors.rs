@@ -60,8 +60,7 @@ pub fn admit<B>(shared: &Arc<Shared>, origin: &HeaderValue, req: &http::Request<
     if !origin.to_str().is_ok_and(|o| server.origin_allowed(o)) {
         return Admit::Answer(refuse(shared, server, origin, req));
     }
-    if req.method() == Method::OPTIONS
-        && req.headers().contains_key(ACCESS_CONTROL_REQUEST_METHOD)
+    if req.method() == Method::OPTIONS && req.headers().contains_key(ACCESS_CONTROL_REQUEST_METHOD)
     {
         return Admit::Answer(preflight(origin.clone(), req.headers()));
     }
@@ -161,9 +160,9 @@ pub fn header_allowed(name: &str) -> bool {
     ALLOWED_HEADERS
         .iter()
         .any(|a| name.eq_ignore_ascii_case(a.as_bytes()))
-        || ALLOWED_PREFIXES.iter().any(|p| {
-            name.len() > p.len() && name[..p.len()].eq_ignore_ascii_case(p.as_bytes())
-        })
+        || ALLOWED_PREFIXES
+            .iter()
+            .any(|p| name.len() > p.len() && name[..p.len()].eq_ignore_ascii_case(p.as_bytes()))
 }
 
 /// The CORS headers of a listed origin's answer.
@@ -198,7 +197,14 @@ mod tests {
         ] {
             assert!(header_allowed(ok), "{ok}");
         }
-        for no in ["cookie", "x-forwarded-for", "x-stainless-", "openai", "", "é-x"] {
+        for no in [
+            "cookie",
+            "x-forwarded-for",
+            "x-stainless-",
+            "openai",
+            "",
+            "é-x",
+        ] {
             assert!(!header_allowed(no), "{no}");
         }
     }

@@ -442,7 +442,10 @@ mod tests {
     #[tokio::test]
     async fn a_body_is_read_whole_within_its_limit() {
         let one = Bytes::from_static(b"{\"model\":\"m\"}");
-        let whole = read_body(Body::from(one.clone()), 100, later()).await.ok().unwrap();
+        let whole = read_body(Body::from(one.clone()), 100, later())
+            .await
+            .ok()
+            .unwrap();
         assert_eq!(whole.as_ptr(), one.as_ptr(), "one frame is taken as it is");
         let whole = read_body(body(&["ab", "", "cd", "e"]), 5, later())
             .await
@@ -457,7 +460,10 @@ mod tests {
             read_body(body(&["abcdef"]), 5, later()).await,
             Err(BodyError::TooLarge)
         ));
-        assert_eq!(&read_body(body(&[]), 5, later()).await.ok().unwrap()[..], b"");
+        assert_eq!(
+            &read_body(body(&[]), 5, later()).await.ok().unwrap()[..],
+            b""
+        );
     }
 
     #[tokio::test]
