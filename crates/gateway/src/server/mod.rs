@@ -358,16 +358,13 @@ async fn read_body(
     let mut first: Option<bytes::Bytes> = None;
     // The first frame and every later one, copied together once a second frame comes.
     let mut joined = bytes::BytesMut::new();
-    // Made at the first wait: a body that is already here costs no timer.
-    let mut timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    // Polled (so registered with the timer) only when the body makes us wait: a body that is
+    // already here costs no timer. In place, not boxed: no allocation.
+    let mut timer = std::pin::pin!(tokio::time::sleep_until(deadline));
     loop {
         let next = std::future::poll_fn(|cx| match std::pin::Pin::new(&mut body).poll_frame(cx) {
             Poll::Ready(frame) => Poll::Ready(Ok(frame)),
-            Poll::Pending => {
-                let timer =
-                    timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-                timer.as_mut().poll(cx).map(|()| Err(BodyError::TimedOut))
-            }
+            Poll::Pending => timer.as_mut().poll(cx).map(|()| Err(BodyError::TimedOut)),
         });
         let Some(frame) = next.await? else {
             break;
