@@ -25,6 +25,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -42,7 +43,7 @@ use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
-use super::watchdog::{ConnWatch, InFlight, Timeouts, Tracked, Watched};
+use super::watchdog::{ConnWatch, InFlight, SideWaker, Timeouts, Tracked, Watched};
 use super::{cors, paths, Shared};
 
 /// What a listener serves: an axum router, and for the data plane the direct dialect routes.
@@ -256,21 +257,34 @@ pub async fn connection<S>(
         watch: watch.clone(),
     };
     let io = TokioIo::new(Watched::new(io, watch.clone()));
-    let conn = builder.serve_connection_with_upgrades(io, service);
-    let mut conn = std::pin::pin!(conn);
+    let mut conn = std::pin::pin!(builder.serve_connection_with_upgrades(io, service));
+    let mut stopping = std::pin::pin!(stop.wait_for(|s| *s));
+    let mut expired = std::pin::pin!(watch.expired(t));
     let mut draining = false;
-    loop {
-        tokio::select! {
-            // Ended: closed by the peer, drained, or an error that concerns only this peer.
-            _ = conn.as_mut() => return,
-            _ = stop.wait_for(|s| *s), if !draining => {
+    // Not `select!`: that would poll the stop signal and the watchdog on every wake of the
+    // connection; they are polled only when their own waker fired.
+    let side = SideWaker::new();
+    let side_waker = std::task::Waker::from(side.clone());
+    std::future::poll_fn(|cx| {
+        // Ended: closed by the peer, drained, or an error that concerns only this peer.
+        if conn.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        if side.take(cx.waker()) {
+            let mut side_cx = Context::from_waker(&side_waker);
+            if !draining && stopping.as_mut().poll(&mut side_cx).is_ready() {
                 draining = true;
                 conn.as_mut().graceful_shutdown();
+                cx.waker().wake_by_ref();
             }
             // A bound ran out: dropping the connection closes the socket.
-            () = watch.expired(t) => return,
+            if expired.as_mut().poll(&mut side_cx).is_ready() {
+                return Poll::Ready(());
+            }
         }
-    }
+        Poll::Pending
+    })
+    .await;
 }
 
 /// Serves one data-plane connection over `io` with the listener's bounds (tests and fuzz targets
