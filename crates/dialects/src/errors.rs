@@ -17,6 +17,8 @@ pub enum GatewayErrorKind {
     NotFound,
     /// Body over `server.maxRequestBytes`.
     TooLarge,
+    /// The caller's body did not arrive within `server.bodyReadTimeoutMilliseconds` (408).
+    RequestTimeout,
     /// The gateway's own rate limit.
     RateLimited,
     /// The last attempt ended in CONNECTION_ERROR.

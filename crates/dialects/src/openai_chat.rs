@@ -295,6 +295,7 @@ pub fn render_error(kind: GatewayErrorKind, message: &str) -> RenderedError {
         GatewayErrorKind::PermissionDenied => (403, "permission_error", None),
         GatewayErrorKind::NotFound => (404, "not_found_error", Some("model_not_found")),
         GatewayErrorKind::TooLarge => (413, "invalid_request_error", Some("request_too_large")),
+        GatewayErrorKind::RequestTimeout => (408, "invalid_request_error", Some("request_timeout")),
         GatewayErrorKind::RateLimited => (429, "rate_limit_error", Some("rate_limit_exceeded")),
         GatewayErrorKind::BadGateway => (502, "api_error", Some("upstream_connection_error")),
         GatewayErrorKind::GatewayTimeout => (504, "api_error", Some("upstream_timeout")),

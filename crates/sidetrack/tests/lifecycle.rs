@@ -223,7 +223,7 @@ fn http_raw(addr: SocketAddr, method: &str, path: &str) -> Option<(u16, String)>
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
     )
     .ok()?;
     let mut text = String::new();

@@ -1,5 +1,9 @@
 //! The admin plane (SPEC §3), on its own listener: destinations and their breakers, manual
 //! disable/enable/reset, the effective config, reload, Prometheus metrics and the dashboard.
+//!
+//! Token or not, it answers only its own page (SPEC §14, [`same_origin_only`]): a page on another
+//! site cannot post a form to it (CSRF) nor read it through a DNS name that it points at loopback
+//! (DNS rebinding).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -11,7 +15,8 @@ use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use http::StatusCode;
+use http::header::{CONTENT_TYPE, HOST, ORIGIN};
+use http::{HeaderMap, Method, StatusCode, Uri};
 use serde_json::{json, Value};
 
 use crate::server::Shared;
@@ -36,7 +41,120 @@ pub fn router(shared: Arc<Shared>) -> Router {
         // The page itself is static and public; its data calls carry the token.
         .route("/", get(|| async { Html(DASHBOARD) }))
         .merge(protected)
+        .layer(middleware::from_fn(same_origin_only))
         .with_state(shared)
+}
+
+/// 403 for a request that is not the admin page's own: a `Host` that is a DNS name other than
+/// `localhost`, an `Origin` other than the page's, or a POST that is not `application/json`
+/// (which an HTML form cannot send). Before the token check, so it holds without
+/// `server.adminToken` too.
+async fn same_origin_only(req: Request, next: Next) -> Response {
+    if let Err(why) = same_origin(req.method(), req.uri(), req.headers()) {
+        tracing::warn!(path = req.uri().path(), "admin request refused: {why}");
+        return (StatusCode::FORBIDDEN, Json(json!({ "error": why }))).into_response();
+    }
+    next.run(req).await
+}
+
+/// The admin plane's cross-site rule, as a pure function:
+/// - `Host` (or the URI's authority) must be `localhost` or an IP address (`127.0.0.1`, `[::1]`,
+///   the address the admin port listens on or is reached through), any port. DNS rebinding needs
+///   a DNS name in `Host` — a page can only reach an IP-literal host by its own origin, which is
+///   then that host's — so every other DNS name fails; behind a reverse proxy, have it send the
+///   upstream address as `Host`. A request with no host at all comes from no browser and passes.
+/// - `Origin`, when sent, must be `http://` or `https://` followed by exactly that `Host` (ASCII
+///   case aside); `null` and every other origin fail.
+/// - Methods other than GET, HEAD and OPTIONS need `content-type: application/json` (parameters
+///   after `;` allowed).
+pub fn same_origin(method: &Method, uri: &Uri, headers: &HeaderMap) -> Result<(), String> {
+    let host = match headers.get(HOST) {
+        Some(h) => Some(
+            h.to_str()
+                .map_err(|_| "the Host header is not text".to_owned())?,
+        ),
+        None => uri.authority().map(|a| a.as_str()),
+    };
+    if let Some(host) = host {
+        if !host_allowed(host) {
+            return Err(format!(
+                "Host `{}` is a DNS name other than localhost; the admin plane answers only \
+                 requests addressed to localhost or to an IP address",
+                shorten(host)
+            ));
+        }
+    }
+    if let Some(origin) = headers.get(ORIGIN) {
+        let own = host.is_some_and(|host| {
+            origin.to_str().is_ok_and(|o| {
+                ["http://", "https://"].iter().any(|scheme| {
+                    o.len() == scheme.len() + host.len()
+                        && o[..scheme.len()].eq_ignore_ascii_case(scheme)
+                        && o[scheme.len()..].eq_ignore_ascii_case(host)
+                })
+            })
+        });
+        if !own {
+            let shown = origin.to_str().unwrap_or("(not text)");
+            return Err(format!(
+                "cross-site request refused: Origin `{}` is not this admin page's origin",
+                shorten(shown)
+            ));
+        }
+    }
+    if !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        let json = headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"));
+        if !json {
+            return Err(format!(
+                "admin {method} requests need `content-type: application/json`"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn shorten(s: &str) -> &str {
+    // Header text that passed `to_str` is ASCII, so any index is a char boundary; `get` anyway.
+    s.get(..100).unwrap_or(s)
+}
+
+/// Is `host` (a `Host` value: `name[:port]`, `[v6][:port]`) `localhost` or an IP address?
+fn host_allowed(host: &str) -> bool {
+    split_host(host).is_some_and(|(name, v6)| {
+        name.eq_ignore_ascii_case("localhost")
+            || if v6 {
+                name.parse::<std::net::Ipv6Addr>().is_ok()
+            } else {
+                name.parse::<std::net::Ipv4Addr>().is_ok()
+            }
+    })
+}
+
+/// `name[:port]` or `[v6][:port]` → (name without brackets, whether it was bracketed). `None`
+/// when malformed (a port that is not a number, a bracket left open).
+fn split_host(host: &str) -> Option<(&str, bool)> {
+    let (name, v6, port) = match host.strip_prefix('[') {
+        Some(rest) => {
+            let (v6, after) = rest.split_once(']')?;
+            let port = if after.is_empty() {
+                ""
+            } else {
+                after.strip_prefix(':')?
+            };
+            (v6, true, port)
+        }
+        None => {
+            let (name, port) = host.split_once(':').unwrap_or((host, ""));
+            (name, false, port)
+        }
+    };
+    let port_ok = port.is_empty()
+        || (port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u16>().is_ok());
+    (!name.is_empty() && port_ok).then_some((name, v6))
 }
 
 async fn require_token(State(shared): State<Arc<Shared>>, req: Request, next: Next) -> Response {
@@ -164,5 +282,112 @@ async fn reload(State(shared): State<Arc<Shared>>) -> Response {
             )
                 .into_response()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(method: Method, pairs: &[(&str, &str)]) -> Result<(), String> {
+        let mut headers = HeaderMap::new();
+        for (k, v) in pairs {
+            headers.insert(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                http::HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        same_origin(&method, &Uri::from_static("/admin/config"), &headers)
+    }
+
+    #[test]
+    fn localhost_and_ip_addresses_are_admin_hosts_and_dns_names_are_not() {
+        for host in [
+            "localhost",
+            "LOCALHOST:9090",
+            "127.0.0.1:1",
+            "127.8.9.10",
+            "[::1]:9090",
+            "[::1]",
+            "[::ffff:127.0.0.1]:9090",
+            "10.0.0.5:9090",
+            "10.0.0.5",
+            "[fe80::1]:9090",
+        ] {
+            assert_eq!(check(Method::GET, &[("host", host)]), Ok(()), "{host}");
+        }
+        for host in [
+            "evil.example",
+            "evil.example:9090",
+            "localhost.evil.example",
+            "localhost.",
+            "127.0.0.1.nip.io:9090",
+            "0x7f000001",
+            "127.1",
+            "[::1",
+            "[127.0.0.1]",
+            "::1",
+            "[::1]x",
+            "localhost:x",
+            "localhost:+80",
+            "localhost:99999",
+            ":9090",
+            "",
+        ] {
+            assert!(check(Method::GET, &[("host", host)]).is_err(), "{host}");
+        }
+        assert_eq!(check(Method::GET, &[]), Ok(()), "no host: no browser");
+    }
+
+    #[test]
+    fn only_the_pages_own_origin_passes() {
+        let host = ("host", "127.0.0.1:9090");
+        for origin in ["http://127.0.0.1:9090", "HTTPS://127.0.0.1:9090"] {
+            assert_eq!(
+                check(
+                    Method::POST,
+                    &[
+                        host,
+                        ("origin", origin),
+                        ("content-type", "application/json")
+                    ],
+                ),
+                Ok(())
+            );
+        }
+        for origin in [
+            "http://evil.example",
+            "http://127.0.0.1:9091",
+            "http://127.0.0.1",
+            "null",
+            "http://127.0.0.1:9090/",
+        ] {
+            assert!(
+                check(Method::GET, &[host, ("origin", origin)]).is_err(),
+                "{origin}"
+            );
+        }
+        assert!(check(Method::GET, &[("origin", "http://x")]).is_err());
+    }
+
+    #[test]
+    fn writes_need_a_json_content_type() {
+        let host = ("host", "localhost:9090");
+        assert!(check(Method::POST, &[host]).is_err());
+        for ct in [
+            "application/x-www-form-urlencoded",
+            "text/plain",
+            "multipart/form-data; boundary=x",
+            "application/jsonx",
+        ] {
+            assert!(
+                check(Method::POST, &[host, ("content-type", ct)]).is_err(),
+                "{ct}"
+            );
+        }
+        for ct in ["application/json", "Application/JSON; charset=utf-8"] {
+            assert_eq!(check(Method::POST, &[host, ("content-type", ct)]), Ok(()));
+        }
+        assert_eq!(check(Method::GET, &[host]), Ok(()));
     }
 }

@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::listen::{serve, App};
+use super::listen::{serve, serve_io, App};
 use super::{Runtime, Shared};
 use crate::health::{Clock, Health};
 use crate::observe::metrics::Metrics;
@@ -59,6 +59,15 @@ impl GatewayHandle {
     /// Swaps in a new config. Requests in flight keep the config they started with.
     pub fn reload(&self, config: Config) {
         self.shared.apply(config);
+    }
+
+    /// Serves one data-plane connection over `io` — an in-memory pipe — with the listener's
+    /// bounds, until it closes (fuzz targets and tests feed raw request bytes through it).
+    pub async fn serve_connection<S>(&self, io: S)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        serve_io(self.shared.clone(), io, self.shutdown.subscribe()).await;
     }
 
     /// Exports every span recorded so far to `logging.otlpEndpoint` (waits up to 5 s; a no-op
@@ -150,18 +159,21 @@ pub async fn start(
         reload: options.reload,
         limiter,
     });
+    warn_if_fds_run_out_first(shared.runtime.load().config.server.max_connections);
     let (tx, rx) = watch::channel(false);
     let mut tasks = vec![
         serve(
             listener,
             App::data_plane(shared.clone()),
             tls.clone(),
+            shared.clone(),
             rx.clone(),
         ),
         serve(
             admin_listener,
-            App::router(crate::admin::router(shared.clone())),
+            App::admin(crate::admin::router(shared.clone())),
             None,
+            shared.clone(),
             rx.clone(),
         ),
     ];
@@ -177,4 +189,33 @@ pub async fn start(
         shutdown: tx,
         tasks,
     })
+}
+
+/// Warns when the process's open-file limit is below `server.maxConnections`: the fd table then
+/// fills first (the accept loop waits for a connection to close, and upstream connections can
+/// fail meanwhile).
+fn warn_if_fds_run_out_first(max_connections: usize) {
+    let Some(limit) = open_file_limit() else {
+        return;
+    };
+    if limit < (max_connections as u64).saturating_add(64) {
+        tracing::warn!(
+            open_file_limit = limit,
+            max_connections,
+            "the open-file limit is below server.maxConnections: past it new connections wait \
+             until others close; raise the limit (ulimit -n, LimitNOFILE) or lower \
+             server.maxConnections"
+        );
+    }
+}
+
+/// The soft `RLIMIT_NOFILE` as Linux reports it in /proc/self/limits (`None` elsewhere).
+fn open_file_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+    line.strip_prefix("Max open files")?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }

@@ -1,10 +1,13 @@
 //! The data-plane server: the route table and the phases of one request, in order.
 
 pub(crate) mod boundary;
+mod cors;
 mod lifecycle;
 mod listen;
+pub mod paths;
 mod respond;
 mod tls;
+mod watchdog;
 
 pub use lifecycle::{start, GatewayHandle, GatewayOptions, ReloadFn};
 
@@ -20,7 +23,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 use http::{HeaderMap, StatusCode};
-use http_body_util::BodyExt;
+use http_body::Body as _;
 use sidetrack_config::Config;
 use sidetrack_dialects::{Dialect, GatewayErrorKind, ParsedRequest};
 
@@ -86,7 +89,7 @@ impl Shared {
 /// The data-plane routes, each dialect path also under `/inference` (AgentCore's prefix).
 pub fn router(shared: Arc<Shared>) -> Router {
     let mut router = Router::new();
-    for (path, dialect) in DIALECT_PATHS {
+    for (path, dialect) in paths::DIALECT_PATHS {
         router = router.route(
             path,
             post(move |State(shared): State<Arc<Shared>>, req: Request| {
@@ -112,23 +115,6 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/readyz", get(readyz))
         .fallback(not_found)
         .with_state(shared)
-}
-
-/// The literal data-plane paths and their dialects: `/v1/...`, and the same under AgentCore's
-/// `/inference` prefix.
-const DIALECT_PATHS: [(&str, Dialect); 6] = [
-    ("/v1/chat/completions", Dialect::OpenAiChat),
-    ("/inference/v1/chat/completions", Dialect::OpenAiChat),
-    ("/v1/responses", Dialect::OpenAiResponses),
-    ("/inference/v1/responses", Dialect::OpenAiResponses),
-    ("/v1/messages", Dialect::AnthropicMessages),
-    ("/inference/v1/messages", Dialect::AnthropicMessages),
-];
-
-/// The entry of [`DIALECT_PATHS`] for `path`. [`listen::App`] sends POSTs on these paths straight
-/// to [`handle`]; the router serves them too (and answers other methods with 405).
-fn dialect_path(path: &str) -> Option<(&'static str, Dialect)> {
-    DIALECT_PATHS.iter().find(|(p, _)| *p == path).copied()
 }
 
 async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str) {
@@ -184,26 +170,16 @@ fn auth_message(e: AuthError) -> &'static str {
 /// the id is percent-decoded here (`:` and `%3A` both work).
 async fn bedrock(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     let raw = req.uri().path();
-    let rest = raw
-        .strip_prefix("/inference")
-        .unwrap_or(raw)
-        .strip_prefix("/model/")
-        .unwrap_or_default();
-    let (raw_id, operation) = rest.rsplit_once('/').unwrap_or((rest, ""));
-    let (dialect, stream) = match operation {
-        "invoke" => (Dialect::BedrockInvoke, false),
-        "invoke-with-response-stream" => (Dialect::BedrockInvoke, true),
-        "converse" => (Dialect::BedrockConverse, false),
-        "converse-stream" => (Dialect::BedrockConverse, true),
-        other => {
-            let msg = format!("unknown Bedrock operation `{other}`");
-            return respond::error_response(
-                Dialect::BedrockConverse,
-                GatewayErrorKind::NotFound,
-                &msg,
-                None,
-            );
-        }
+    // The route matched, so the split does too.
+    let (raw_id, operation) = paths::bedrock_split(raw).unwrap_or_default();
+    let Some((dialect, stream)) = paths::bedrock_operation(operation) else {
+        let msg = format!("unknown Bedrock operation `{operation}`");
+        return respond::error_response(
+            Dialect::BedrockConverse,
+            GatewayErrorKind::NotFound,
+            &msg,
+            None,
+        );
     };
     let Some(model) = sidetrack_dialects::bedrock::decode_model_id(raw_id) else {
         let msg = "the model id in the path is not valid percent-encoding";
@@ -263,10 +239,15 @@ fn handle(
             return ctx.reject(GatewayErrorKind::TooLarge, &too_large(limit), "tooLarge");
         }
         let sticky_header = sticky_header_value(&rt.config, &parts.headers);
-        let body = match read_body(body, limit).await {
+        let body_deadline = ctx.started + server.body_read_timeout;
+        let body = match read_body(body, limit, body_deadline).await {
             Ok(b) => b,
             Err(BodyError::TooLarge) => {
                 return ctx.reject(GatewayErrorKind::TooLarge, &too_large(limit), "tooLarge")
+            }
+            Err(BodyError::TimedOut) => {
+                let msg = body_too_slow(server.body_read_timeout);
+                return ctx.reject(GatewayErrorKind::RequestTimeout, &msg, "bodyTimeout");
             }
             Err(BodyError::Failed) => {
                 return ctx.reject(
@@ -351,16 +332,34 @@ fn handle(
 enum BodyError {
     TooLarge,
     Failed,
+    /// Not all there by `server.bodyReadTimeoutMilliseconds` after the request began.
+    TimedOut,
 }
 
-/// The caller's whole body, at most `limit` bytes. A body that arrives in one frame (the usual
+/// The caller's whole body, at most `limit` bytes, all of it by `deadline` (a body trickling in
+/// forever holds a connection and a task, SPEC §14). A body that arrives in one frame (the usual
 /// case: a chat request fits one read) is that frame, neither copied nor collected in a list.
-async fn read_body(mut body: Body, limit: usize) -> Result<bytes::Bytes, BodyError> {
+async fn read_body(
+    mut body: Body,
+    limit: usize,
+    deadline: tokio::time::Instant,
+) -> Result<bytes::Bytes, BodyError> {
+    use std::task::Poll;
     let mut len = 0;
     let mut first: Option<bytes::Bytes> = None;
     // The first frame and every later one, copied together once a second frame comes.
     let mut joined = bytes::BytesMut::new();
-    while let Some(frame) = body.frame().await {
+    // Polled (so registered with the timer) only when the body makes us wait: a body that is
+    // already here costs no timer. In place, not boxed: no allocation.
+    let mut timer = std::pin::pin!(tokio::time::sleep_until(deadline));
+    loop {
+        let next = std::future::poll_fn(|cx| match std::pin::Pin::new(&mut body).poll_frame(cx) {
+            Poll::Ready(frame) => Poll::Ready(Ok(frame)),
+            Poll::Pending => timer.as_mut().poll(cx).map(|()| Err(BodyError::TimedOut)),
+        });
+        let Some(frame) = next.await? else {
+            break;
+        };
         let Ok(data) = frame.map_err(|_| BodyError::Failed)?.into_data() else {
             continue; // trailers
         };
@@ -383,6 +382,13 @@ async fn read_body(mut body: Body, limit: usize) -> Result<bytes::Bytes, BodyErr
     } else {
         joined.freeze()
     })
+}
+
+fn body_too_slow(limit: std::time::Duration) -> String {
+    format!(
+        "the request body did not arrive within server.bodyReadTimeoutMilliseconds ({} ms)",
+        limit.as_millis()
+    )
 }
 
 fn too_large(limit: usize) -> String {
@@ -417,24 +423,57 @@ mod tests {
         )))
     }
 
+    fn later() -> tokio::time::Instant {
+        tokio::time::Instant::now() + std::time::Duration::from_secs(60)
+    }
+
     #[tokio::test]
     async fn a_body_is_read_whole_within_its_limit() {
         let one = Bytes::from_static(b"{\"model\":\"m\"}");
-        let whole = read_body(Body::from(one.clone()), 100).await.ok().unwrap();
+        let whole = read_body(Body::from(one.clone()), 100, later())
+            .await
+            .ok()
+            .unwrap();
         assert_eq!(whole.as_ptr(), one.as_ptr(), "one frame is taken as it is");
-        let whole = read_body(body(&["ab", "", "cd", "e"]), 5)
+        let whole = read_body(body(&["ab", "", "cd", "e"]), 5, later())
             .await
             .ok()
             .unwrap();
         assert_eq!(&whole[..], b"abcde");
         assert!(matches!(
-            read_body(body(&["ab", "cd", "ef"]), 5).await,
+            read_body(body(&["ab", "cd", "ef"]), 5, later()).await,
             Err(BodyError::TooLarge)
         ));
         assert!(matches!(
-            read_body(body(&["abcdef"]), 5).await,
+            read_body(body(&["abcdef"]), 5, later()).await,
             Err(BodyError::TooLarge)
         ));
-        assert_eq!(&read_body(body(&[]), 5).await.ok().unwrap()[..], b"");
+        assert_eq!(
+            &read_body(body(&[]), 5, later()).await.ok().unwrap()[..],
+            b""
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_that_keeps_trickling_past_the_deadline_times_out() {
+        // One byte every 20 ms, forever: no gap is long, the whole body is late.
+        let trickle = futures_util::stream::unfold((), |()| async {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            Some((
+                Ok::<_, std::io::Error>(http_body::Frame::data(Bytes::from_static(b"x"))),
+                (),
+            ))
+        });
+        let body = Body::new(http_body_util::StreamBody::new(trickle));
+        let started = tokio::time::Instant::now();
+        let deadline = started + std::time::Duration::from_millis(150);
+        let got = read_body(body, 1 << 20, deadline).await;
+        assert!(matches!(got, Err(BodyError::TimedOut)));
+        let waited = started.elapsed();
+        assert!(
+            waited >= std::time::Duration::from_millis(150)
+                && waited < std::time::Duration::from_secs(2),
+            "{waited:?}"
+        );
     }
 }

@@ -228,6 +228,10 @@ impl Env {
         if let Some(t) = token {
             req = req.header("authorization", format!("Bearer {t}"));
         }
+        if method == "POST" {
+            // The admin plane refuses other POSTs (SPEC §14).
+            req = req.header("content-type", "application/json");
+        }
         let req = req.body(Full::new(Bytes::new())).unwrap();
         let resp = self.client.request(req).await.unwrap();
         let status = resp.status().as_u16();

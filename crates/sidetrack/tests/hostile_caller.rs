@@ -1,0 +1,190 @@
+//! The hostile caller against the real binary (SPEC §14; part of the "hostile-world" suite): a
+//! `sidetrack serve` with 256 file descriptors, and twice as many idle sockets opened to it. The
+//! gateway runs out of descriptors, keeps its accept loop alive, closes the idle sockets by its
+//! header timeout as it takes them, and then serves a real request. (Before the connection bounds,
+//! 300 idle sockets stopped `accept` for good: "Too many open files".)
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sidetrack_mock::{MockConfig, MockServer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const BIN: &str = env!("CARGO_BIN_EXE_sidetrack");
+const FD_LIMIT: usize = 256;
+
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// The gateway process, its stderr collected; killed when dropped.
+struct Gateway {
+    child: Child,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Gateway {
+    /// `sidetrack serve --config PATH` under `ulimit -n FD_LIMIT` (set by the shell, then `exec`).
+    fn start(config: &std::path::Path) -> Gateway {
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                r#"ulimit -n {FD_LIMIT} && exec "$0" serve --config "$1""#
+            ))
+            .arg(BIN)
+            .arg(config)
+            .env("NO_COLOR", "1")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let pipe = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Gateway { child, stderr }
+    }
+
+    fn logs(&self) -> String {
+        self.stderr.lock().unwrap().join("\n")
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One request on a fresh connection (`connection: close`); the status, or `None` when the
+/// connection fails or closes without a response.
+async fn request(addr: SocketAddr, text: &str) -> Option<u16> {
+    let mut s = TcpStream::connect(addr).await.ok()?;
+    s.write_all(text.as_bytes()).await.ok()?;
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got))
+        .await
+        .ok()?
+        .ok()?;
+    String::from_utf8_lossy(&got)
+        .split(' ')
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twice_the_fd_limit_in_idle_sockets_is_closed_by_the_timeouts_and_the_gateway_serves_again()
+{
+    let mock = MockServer::start(MockConfig::default()).await.unwrap();
+    let (data, admin) = (free_addr(), free_addr());
+    let dir = std::env::temp_dir().join(format!("sidetrack-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("sidetrack.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"server:
+  listen: {data}
+  admin: {admin}
+  headerReadTimeoutMilliseconds: 500
+  idleTimeoutMilliseconds: 500
+targets:
+  - name: mock
+    provider: openai
+    baseUrl: {mock}/v1
+    models: ["*"]
+logging:
+  level: info
+  routing: "off"
+"#,
+            mock = mock.base_url()
+        ),
+    )
+    .unwrap();
+    let gw = Gateway::start(&config);
+    let healthz = format!("GET /healthz HTTP/1.1\r\nhost: {data}\r\nconnection: close\r\n\r\n");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while request(data, &healthz).await != Some(200) {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway did not start:\n{}",
+            gw.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Twice the descriptors the gateway has, all idle: the kernel queues what it cannot accept.
+    let started = Instant::now();
+    let mut idle = Vec::new();
+    for i in 0..2 * FD_LIMIT {
+        // Past the backlog, a connect waits for the gateway to take queued ones.
+        let s = tokio::time::timeout(Duration::from_secs(30), TcpStream::connect(data)).await;
+        match s {
+            Ok(Ok(s)) => idle.push(s),
+            _ => panic!(
+                "connection {i} not taken in 30 s: the gateway stopped accepting; stderr:\n{}",
+                gw.logs()
+            ),
+        }
+    }
+    let closers: Vec<_> = idle
+        .into_iter()
+        .map(|mut s| {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 64];
+                // Closed by the gateway: EOF or a reset. Still open after 30 s: a failure.
+                tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf))
+                    .await
+                    .is_ok_and(|r| r.map_or(true, |n| n == 0))
+            })
+        })
+        .collect();
+    let mut closed = 0;
+    for c in closers {
+        closed += usize::from(c.await.unwrap());
+    }
+    let took = started.elapsed();
+    assert_eq!(
+        closed,
+        2 * FD_LIMIT,
+        "idle sockets left open after 30 s; gateway stderr:\n{}",
+        gw.logs()
+    );
+    assert!(
+        gw.logs().contains("accept failed"),
+        "the gateway never ran out of descriptors, so this test proved nothing:\n{}",
+        gw.logs()
+    );
+
+    // Serving again: a real request through to the mock.
+    let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+    let chat = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: {data}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    assert_eq!(
+        request(data, &chat).await,
+        Some(200),
+        "not serving after the flood ({took:?}); stderr:\n{}",
+        gw.logs()
+    );
+    assert!(mock.total_hits() >= 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
