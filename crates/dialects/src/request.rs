@@ -70,7 +70,13 @@ pub enum ParseError {
     /// A top-level key appears twice (SPEC §14 "Bodies"): which value counts would depend on the
     /// parser, and upstreams may read another one than routing did. Holds the key, cut to 64 bytes.
     DuplicateKey(String),
+    /// More top-level members than [`MAX_TOP_LEVEL_MEMBERS`]: no request needs that many, and the
+    /// repeat check would have to keep them all.
+    TooManyMembers,
 }
+
+/// The most top-level members a caller body may have (SPEC §14 "Bodies").
+pub const MAX_TOP_LEVEL_MEMBERS: usize = 1024;
 
 impl ParseError {
     /// The routing log's `gatewayRejected:<why>` for this error.
@@ -78,6 +84,7 @@ impl ParseError {
         match self {
             ParseError::ModelNameTooLong => "modelNameTooLong",
             ParseError::DuplicateKey(_) => "duplicateKey",
+            ParseError::TooManyMembers => "tooManyMembers",
             _ => "invalidRequest",
         }
     }
@@ -99,6 +106,10 @@ impl fmt::Display for ParseError {
             ParseError::DuplicateKey(key) => {
                 write!(f, "the request body repeats the top-level key `{key}`")
             }
+            ParseError::TooManyMembers => write!(
+                f,
+                "the request body has more than {MAX_TOP_LEVEL_MEMBERS} top-level members"
+            ),
         }
     }
 }
@@ -111,18 +122,16 @@ impl std::error::Error for ParseError {}
 /// whitespace), so its errors and their messages are serde_json's.
 pub(crate) fn parse_top(body: &[u8]) -> Result<(&str, TopMembers<'_>), ParseError> {
     let text = std::str::from_utf8(body).map_err(|e| ParseError::NotJson(e.to_string()))?;
-    let mut duplicate = None;
+    let mut refused = None;
     let mut de = serde_json::Deserializer::from_str(text);
     let read = TopMembersSeed {
-        duplicate: &mut duplicate,
+        refused: &mut refused,
     }
     .deserialize(&mut de)
     .and_then(|top| de.end().map(|()| top));
     match read {
         Ok(top) => Ok((text, top)),
-        Err(_) if duplicate.is_some() => {
-            Err(ParseError::DuplicateKey(duplicate.unwrap_or_default()))
-        }
+        Err(_) if refused.is_some() => Err(refused.unwrap_or(ParseError::NotAnObject)),
         Err(e) if e.classify() == serde_json::error::Category::Data => Err(ParseError::NotAnObject),
         Err(e) => Err(ParseError::NotJson(e.to_string())),
     }
@@ -301,10 +310,11 @@ pub(crate) struct TopMembers<'a> {
     pub(crate) stream_options: Option<&'a RawValue>,
 }
 
-/// Reads [`TopMembers`] and refuses a repeated top-level key, noting it in `duplicate` (a serde
-/// error carries only a message; this is how [`parse_top`] tells it from a non-object).
+/// Reads [`TopMembers`] and refuses a repeated top-level key or too many members, noting why in
+/// `refused` (a serde error carries only a message; this is how [`parse_top`] tells it from a
+/// non-object).
 struct TopMembersSeed<'s> {
-    duplicate: &'s mut Option<String>,
+    refused: &'s mut Option<ParseError>,
 }
 
 impl<'de> DeserializeSeed<'de> for TopMembersSeed<'_> {
@@ -323,14 +333,19 @@ impl<'de> Visitor<'de> for TopMembersSeed<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<TopMembers<'de>, A::Error> {
-        let duplicate = self.duplicate;
-        let mut repeated = |key: &str| -> A::Error {
-            *duplicate = Some(shown_key(key));
-            serde::de::Error::custom("a top-level key repeats")
+        let refused = self.refused;
+        let mut refuse = |why: ParseError| -> A::Error {
+            *refused = Some(why);
+            serde::de::Error::custom("the top-level members are refused")
         };
         let mut top = TopMembers::default();
         let mut others = SeenKeys::new();
+        let mut members = 0;
         while let Some(key) = map.next_key::<TopKey<'de>>()? {
+            members += 1;
+            if members > MAX_TOP_LEVEL_MEMBERS {
+                return Err(refuse(ParseError::TooManyMembers));
+            }
             let (slot, name) = match key {
                 TopKey::Model => (&mut top.model, "model"),
                 TopKey::Stream => (&mut top.stream, "stream"),
@@ -341,14 +356,14 @@ impl<'de> Visitor<'de> for TopMembersSeed<'_> {
                 TopKey::StreamOptions => (&mut top.stream_options, "stream_options"),
                 TopKey::Other(key) => {
                     if let Err(key) = others.insert(key) {
-                        return Err(repeated(&key));
+                        return Err(refuse(ParseError::DuplicateKey(shown_key(&key))));
                     }
                     map.next_value::<IgnoredAny>()?;
                     continue;
                 }
             };
             if slot.is_some() {
-                return Err(repeated(name));
+                return Err(refuse(ParseError::DuplicateKey(shown_key(name))));
             }
             *slot = Some(map.next_value()?);
         }
@@ -697,6 +712,17 @@ mod tests {
             parse(r#"{"model":"a","model":"b", broken"#).unwrap_err(),
             ParseError::DuplicateKey("model".into())
         );
+        // More members than any request needs: refused, not all kept for the repeat check.
+        let members = |n: usize| -> String {
+            let keys: Vec<String> = (0..n).map(|i| format!(r#""k{i}":{i}"#)).collect();
+            format!(r#"{{"model":"a",{}}}"#, keys.join(","))
+        };
+        assert!(parse(&members(MAX_TOP_LEVEL_MEMBERS - 1)).is_ok());
+        assert_eq!(
+            parse(&members(MAX_TOP_LEVEL_MEMBERS)).unwrap_err(),
+            ParseError::TooManyMembers
+        );
+        assert_eq!(ParseError::TooManyMembers.why(), "tooManyMembers");
         // Many keys (past the in-place list) are still checked, the repeat found wherever it is.
         let many: Vec<String> = (0..1000).map(|i| format!(r#""k{i}":{i}"#)).collect();
         let ok = format!(r#"{{"model":"a",{}}}"#, many.join(","));

@@ -190,7 +190,7 @@ fn write_hop(out: &mut String, hop: usize, t: &Target, model: &str, p: &HopPolic
         t.name,
         model,
         t.provider.as_str(),
-        t.base_url,
+        sidetrack_config::redact_url(&t.base_url),
         if serves {
             ""
         } else {

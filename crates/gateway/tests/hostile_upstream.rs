@@ -135,22 +135,33 @@ async fn without_a_fallback_the_caller_gets_a_502_in_its_dialect() {
     assert_eq!(r.status, 502, "{}", r.body);
     assert_eq!(r.json()["type"], "error");
     assert_eq!(r.json()["error"]["type"], "api_error");
+    // A Bedrock caller gets Bedrock's shape: its 502 row, with the error type header.
+    let body = json!({"messages": [{"role": "user", "content": [{"text": "hi"}]}]});
+    let call = env.post("/model/m-line/converse-stream", body, &[]);
+    let r = tokio::time::timeout(Duration::from_secs(20), call)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r
+        .header("x-amzn-errortype")
+        .is_some_and(|t| t.starts_with("ServiceUnavailableException")));
     // A Bedrock event stream that does not decode (the mock's garbage is no frame at all).
     let r = chat(&env, "b-garbage", true).await;
     assert_eq!(r.status, 502, "{}", r.body);
-    let recs = env.log.wait_for(3, Duration::from_secs(10)).await;
+    let recs = env.log.wait_for(4, Duration::from_secs(10)).await;
     let details: Vec<_> = recs.iter().map(|r| r.attempts[0].detail.clone()).collect();
     assert_eq!(
         details,
         [
             Some("undecidedPreamble".to_owned()),
             Some("undecidedPreamble".to_owned()),
+            Some("undecidedPreamble".to_owned()),
             Some("undecodableStream".to_owned())
         ]
     );
-    assert!(recs
-        .iter()
-        .all(|r| r.reason == "chainExhausted" && r.status == 502));
+    let statuses: Vec<u16> = recs.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [502, 502, 503, 502], "Bedrock's row says 503");
+    assert!(recs.iter().all(|r| r.reason == "chainExhausted"));
 }
 
 #[tokio::test]

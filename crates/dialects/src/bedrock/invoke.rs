@@ -199,7 +199,8 @@ impl StreamEncoder {
     pub fn new(id: &str, model: &str) -> StreamEncoder {
         StreamEncoder {
             inner: anthropic_messages::StreamEncoder::new(id, model),
-            sse: SseDecoder::new(),
+            // It reads only the gateway's own rendering of events already bounded upstream.
+            sse: SseDecoder::with_limit(usize::MAX),
             usage: Usage::default(),
             invocation_latency_ms: 0,
             first_byte_latency_ms: 0,

@@ -203,6 +203,12 @@ fn bad_gateway(mut parts: Parts, caller: Dialect, message: &str) -> Upstream {
     let r = caller.render_upstream_error(502, "api_error", message);
     parts.status = http::StatusCode::from_u16(r.status).unwrap_or(http::StatusCode::BAD_GATEWAY);
     set_json(&mut parts);
+    // The dialect's own error headers (Bedrock's `x-amzn-ErrorType`).
+    for (k, v) in r.headers {
+        if let Ok(v) = http::HeaderValue::from_str(&v) {
+            parts.headers.insert(k, v);
+        }
+    }
     Upstream::Buffered {
         parts,
         body: r.body,

@@ -49,11 +49,34 @@ pub struct Pipe {
     /// pushed into it (a copy) when it is next read, after the first bytes went out.
     unread: SmallVec<[Bytes; 2]>,
     /// With a usage chunk to keep from the caller: the bytes of an event not yet whole.
-    strip: Option<BytesMut>,
+    strip: Option<Strip>,
+    /// The caller's bytes so far end inside an event (an error tail must first end it).
+    caller_mid_event: bool,
 }
 
-/// A chat chunk whose `choices` is empty: OpenAI's usage chunk has that, content chunks never.
-const EMPTY_LIST: &[u8] = b"[]";
+#[derive(Default)]
+struct Strip {
+    carry: BytesMut,
+}
+
+/// Does `chunk` end with a blank line (the end of an SSE event)?
+fn ends_an_event(chunk: &[u8]) -> bool {
+    chunk.ends_with(b"\n\n") || chunk.ends_with(b"\r\n\r\n")
+}
+
+/// Is there a `[]` in `chunk`? (One `[` or two per chat chunk: cheaper than a substring search.)
+fn has_empty_list(chunk: &[u8]) -> bool {
+    memchr::memchr_iter(b'[', chunk).any(|i| chunk.get(i + 1) == Some(&b']'))
+}
+
+/// The positions just past each blank line (`\n\n` or `\r\n\r\n`) ending at or after `from`.
+fn event_ends(buf: &[u8], from: usize) -> impl Iterator<Item = usize> + '_ {
+    memchr::memchr_iter(b'\n', &buf[from..])
+        .map(move |i| from + i)
+        .filter(|&i| (i >= 1 && buf[i - 1] == b'\n') || (i >= 3 && &buf[i - 3..i] == b"\r\n\r"))
+        .map(|i| i + 1)
+}
+
 /// Past this, an event that never ends (no blank line) is passed on as it is.
 const MAX_CARRY: usize = 64 * 1024;
 
@@ -102,7 +125,8 @@ impl Pipe {
             state: StreamState::default(),
             at_event_start: true,
             unread: SmallVec::new(),
-            strip: strip_usage.then(BytesMut::new),
+            strip: strip_usage.then(Strip::default),
+            caller_mid_event: false,
         }
     }
 
@@ -170,45 +194,55 @@ impl Pipe {
 
     /// The bytes of a chat pass-through chunk the caller gets: all of them, unless the gateway
     /// asked for a usage chunk the caller did not ask for — then that event is left out. A chunk
-    /// of whole events without `[]` (every content chunk) is passed as it is; others are split
-    /// into whole events (the tail of an unfinished one waits for the next chunk).
+    /// of whole events without `[]` (every content chunk) is passed as it is; others are cut at
+    /// their last blank line (`\n\n` or `\r\n\r\n`), the usage event dropped, and the tail of
+    /// an unfinished event kept for the next chunk (the caller could not read half an event
+    /// sooner anyway). Only the new bytes are scanned each time.
     pub fn outgoing(&mut self, chunk: Bytes) -> Bytes {
-        let Some(carry) = self.strip.as_mut() else {
+        let Some(strip) = self.strip.as_mut() else {
+            self.caller_mid_event = !ends_an_event(&chunk);
             return chunk;
         };
-        if carry.is_empty()
-            && chunk.ends_with(b"\n\n")
-            && memchr::memmem::find(&chunk, EMPTY_LIST).is_none()
-        {
+        if strip.carry.is_empty() && ends_an_event(&chunk) && !has_empty_list(&chunk) {
+            self.caller_mid_event = false;
             return chunk;
         }
-        carry.extend_from_slice(&chunk);
-        let Some(end) = memchr::memmem::rfind(carry, b"\n\n") else {
-            if carry.len() > MAX_CARRY {
-                return carry.split().freeze();
+        let from = strip.carry.len().saturating_sub(3);
+        strip.carry.extend_from_slice(&chunk);
+        let Some(end) = event_ends(&strip.carry, from).last() else {
+            if strip.carry.len() > MAX_CARRY {
+                // An event that never ends: passed on as it is (the stream's own bound applies).
+                self.caller_mid_event = true;
+                return strip.carry.split().freeze();
             }
             return Bytes::new();
         };
-        let whole = carry.split_to(end + 2);
+        let whole = strip.carry.split_to(end);
         let mut out = BytesMut::with_capacity(whole.len());
-        let mut rest = &whole[..];
-        while !rest.is_empty() {
-            let n = memchr::memmem::find(rest, b"\n\n").map_or(rest.len(), |i| i + 2);
-            let (event, tail) = rest.split_at(n);
+        let mut start = 0;
+        for end in event_ends(&whole, 0) {
+            let event = &whole[start..end];
             if !is_usage_chunk(event) {
                 out.extend_from_slice(event);
             }
-            rest = tail;
+            start = end;
         }
+        self.caller_mid_event = false;
         out.freeze()
     }
 
-    /// What [`Pipe::outgoing`] still holds of an unfinished event, for the stream's end.
+    /// True when the caller does not get the upstream's bytes exactly as they came (translated, or
+    /// a usage chunk left out): their `content-encoding` no longer describes them.
+    pub fn rewrites_bytes(&self) -> bool {
+        !self.passes_through() || self.strip.is_some()
+    }
+
+    /// What [`Pipe::outgoing`] still holds of an unfinished event, for the stream's clean end.
     pub fn take_carry(&mut self) -> Option<Bytes> {
         self.strip
             .as_mut()
-            .filter(|c| !c.is_empty())
-            .map(|c| c.split().freeze())
+            .filter(|s| !s.carry.is_empty())
+            .map(|s| s.carry.split().freeze())
     }
 
     /// Reads whatever [`Pipe::feed_until_decided`] left in the decoder.
@@ -246,7 +280,8 @@ impl Pipe {
     /// so that it stands as an event of its own at the end of the stream.
     pub fn error_tail(&mut self, message: &str) -> Option<Bytes> {
         self.catch_up();
-        let cut_mid_event = self.state.protocol_failure.is_some() && self.passes_through();
+        let cut_mid_event = self.passes_through()
+            && (self.state.protocol_failure.is_some() || self.caller_mid_event);
         if self.state.error.is_some() && !cut_mid_event {
             return None;
         }
@@ -274,7 +309,7 @@ impl Pipe {
 /// One whole SSE event (its lines and the blank line): is it a chat chunk with `choices: []` and
 /// a `usage` object?
 fn is_usage_chunk(event: &[u8]) -> bool {
-    if memchr::memmem::find(event, EMPTY_LIST).is_none() {
+    if !has_empty_list(event) {
         return false;
     }
     let mut decoder = SseDecoder::new();
@@ -402,6 +437,28 @@ mod tests {
         for got in through(false, &whole) {
             assert_eq!(got, whole, "without strip every byte passes");
         }
+        // Servers that end events with CRLF (sse-starlette and others).
+        let crlf = |e: &str| e.replace('\n', "\r\n");
+        let whole = format!("{}{}{}", crlf(CONTENT), crlf(USAGE), crlf(DONE));
+        for got in through(true, &whole) {
+            assert_eq!(got, format!("{}{}", crlf(CONTENT), crlf(DONE)));
+        }
+    }
+
+    #[test]
+    fn an_error_after_half_an_event_starts_with_a_blank_line() {
+        let mut p = pipe(false);
+        let half = Bytes::from_static(b"data: {\"choices\":[{\"delta\":{\"cont");
+        assert_eq!(p.outgoing(half), "data: {\"choices\":[{\"delta\":{\"cont");
+        let tail = p.error_tail("gone").unwrap();
+        assert!(tail.starts_with(b"\n\ndata: {\"error\""), "{tail:?}");
+        // At an event boundary, the error event comes as it is.
+        let mut p = pipe(false);
+        p.outgoing(Bytes::from_static(CONTENT.as_bytes()));
+        assert!(p
+            .error_tail("gone")
+            .unwrap()
+            .starts_with(b"data: {\"error\""));
     }
 
     #[test]

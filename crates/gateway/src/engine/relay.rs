@@ -197,7 +197,8 @@ impl<F: OnFinish> RelayBody<F> {
         self.end.mid_stream_error = true;
         self.end.detail.get_or_insert(detail);
         if let Some(p) = self.pipe.as_mut() {
-            self.held.extend(p.take_carry());
+            // Half an event the caller never got: dropped, so the error stands on its own.
+            drop(p.take_carry());
             self.trailer = p.error_tail(message);
         }
     }

@@ -325,7 +325,7 @@ fn handle(
         .await;
 
         // commit and respond
-        ctx.commit(out)
+        ctx.commit(out, &rt.secrets)
     }
 }
 

@@ -201,7 +201,9 @@ impl RequestCtx {
     }
 
     /// Turns the walk's result into the caller's response (the commit point).
-    pub fn commit(mut self, out: WalkOutput) -> Response {
+    /// `secrets`: the credentials of the config the request ran under, redacted from upstream
+    /// error messages.
+    pub fn commit(mut self, out: WalkOutput, secrets: &boundary::Secrets) -> Response {
         let attempts = out.attempts.len();
         let Some(returned) = out.returned else {
             let msg =
@@ -269,9 +271,7 @@ impl RequestCtx {
                     body
                 } else if parts.status.as_u16() >= 400 {
                     // Capped, and the gateway's credentials redacted (no copy when there is none).
-                    // The runtime of the moment: after a reload, that config's credentials.
-                    let rt = self.shared.runtime.load();
-                    boundary::upstream_error(self.dialect, &mut parts, body, &rt.secrets)
+                    boundary::upstream_error(self.dialect, &mut parts, body, secrets)
                 } else {
                     body
                 };
@@ -290,7 +290,7 @@ impl RequestCtx {
                 pipe,
                 deadline,
             }) => {
-                let unchanged = pipe.as_ref().is_none_or(|p| p.passes_through());
+                let unchanged = pipe.as_ref().is_none_or(|p| !p.rewrites_bytes());
                 (
                     answer(parts, Body::empty(), self.dialect, unchanged),
                     Some((held, rest, pipe, deadline)),
