@@ -5,9 +5,8 @@
 //! 300 idle sockets stopped `accept` for good: "Too many open files".)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpListener};
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,15 +14,10 @@ use sidetrack_mock::{MockConfig, MockServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-const BIN: &str = env!("CARGO_BIN_EXE_sidetrack");
-const FD_LIMIT: usize = 256;
+mod common;
 
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
+use common::{free_addr, BIN};
+const FD_LIMIT: usize = 256;
 
 /// The gateway process, its stderr collected; killed when dropped.
 struct Gateway {
@@ -34,28 +28,14 @@ struct Gateway {
 impl Gateway {
     /// `sidetrack serve --config PATH` under `ulimit -n FD_LIMIT` (set by the shell, then `exec`).
     fn start(config: &std::path::Path) -> Gateway {
-        let mut child = Command::new("sh")
-            .arg("-c")
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
             .arg(format!(
                 r#"ulimit -n {FD_LIMIT} && exec "$0" serve --config "$1""#
             ))
             .arg(BIN)
-            .arg(config)
-            .env("NO_COLOR", "1")
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let pipe = child.stderr.take().unwrap();
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
+            .arg(config);
+        let (child, stderr) = common::spawn_collecting_stderr(cmd);
         Gateway { child, stderr }
     }
 

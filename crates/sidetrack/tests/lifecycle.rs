@@ -4,10 +4,10 @@
 //! in-process mock provider on loopback ports.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,18 +19,14 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use sidetrack_mock::{Behaviour, MockConfig, MockServer};
 
-const BIN: &str = env!("CARGO_BIN_EXE_sidetrack");
+mod common;
+
+use common::{free_addr, BIN};
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 fn client() -> HttpClient {
     Client::builder(TokioExecutor::new()).build_http()
-}
-
-/// A loopback port nothing listens on right now.
-fn free_addr() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
 }
 
 fn temp_dir(test: &str) -> PathBuf {
@@ -116,26 +112,12 @@ struct Gateway {
 
 impl Gateway {
     fn start(config: PathBuf, ports: Ports, extra_args: &[&str]) -> Gateway {
-        let mut child = Command::new(BIN)
-            .arg("serve")
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve")
             .arg("--config")
             .arg(&config)
-            .args(extra_args)
-            .env("NO_COLOR", "1")
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let pipe = child.stderr.take().unwrap();
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
+            .args(extra_args);
+        let (child, stderr) = common::spawn_collecting_stderr(cmd);
         let gw = Gateway {
             child,
             stderr,
