@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 
 mod common;
 
-use common::{free_addr, BIN};
+use common::{free_addr, rss_kb, BIN};
 const FD_LIMIT: usize = 256;
 
 /// The gateway process, its stderr collected; killed when dropped.
@@ -140,6 +140,12 @@ logging:
         closed += usize::from(c.await.unwrap());
     }
     let took = started.elapsed();
+    // The stated bound for this flood: the gateway stays small (it was ~20 MB idle here).
+    let rss = rss_kb(gw.child.id()).unwrap_or(0);
+    assert!(
+        rss < 100 * 1024,
+        "gateway RSS {rss} KiB after the flood (limit 100 MiB)"
+    );
     assert_eq!(
         closed,
         2 * FD_LIMIT,

@@ -18,16 +18,9 @@ use sidetrack_mock::{Behaviour, Hostile, MockConfig, MockServer};
 
 mod common;
 
-use common::{free_addr, BIN};
+use common::{free_addr, rss_kb, BIN};
 /// The stated bound: the gateway's RSS with these upstreams and the default bounds.
 const RSS_LIMIT_KB: u64 = 300 * 1024;
-
-/// `VmRSS` of a process, in KiB.
-fn rss_kb(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
 
 struct Killed(Child);
 
@@ -215,7 +208,10 @@ logging: {{ routing: "{log}" }}
     // The four same-dialect streams were each cut at the 8 MiB bound, after the callers got about
     // that much of the endless line or event (less what was held back, at most 64 KiB each;
     // translated callers get only whole events).
-    assert!(got >= 4 * ((8 << 20) - (64 << 10)), "callers received {got} bytes");
+    assert!(
+        got >= 4 * ((8 << 20) - (64 << 10)),
+        "callers received {got} bytes"
+    );
     assert!(
         peak_kb < RSS_LIMIT_KB,
         "gateway RSS peaked at {peak_kb} KiB (limit {RSS_LIMIT_KB} KiB)"

@@ -38,3 +38,10 @@ pub fn spawn_collecting_stderr(mut cmd: Command) -> (Child, Arc<Mutex<Vec<String
     });
     (child, stderr)
 }
+
+/// `VmRSS` of a process, in KiB (Linux).
+pub fn rss_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
