@@ -75,6 +75,22 @@ pub enum ParseError {
     TooManyMembers,
 }
 
+/// A model name routing, logs and metric labels can carry: at most [`MAX_MODEL_NAME_BYTES`]
+/// bytes and no control characters (no model has them; in a metric label a carriage return would
+/// pass unescaped and split the exposition's line for some readers).
+pub fn check_model_name(model: &str) -> Result<(), ParseError> {
+    if model.len() > MAX_MODEL_NAME_BYTES {
+        return Err(ParseError::ModelNameTooLong);
+    }
+    if model.chars().any(char::is_control) {
+        return Err(ParseError::BadField {
+            field: "model",
+            expected: "a name without control characters",
+        });
+    }
+    Ok(())
+}
+
 /// The most top-level members a caller body may have (SPEC §14 "Bodies").
 pub const MAX_TOP_LEVEL_MEMBERS: usize = 1024;
 
@@ -168,9 +184,7 @@ impl ParsedRequest {
         if model.trim().is_empty() {
             return Err(ParseError::MissingModel);
         }
-        if model.len() > MAX_MODEL_NAME_BYTES {
-            return Err(ParseError::ModelNameTooLong);
-        }
+        check_model_name(&model)?;
         let start = raw_model.get().as_ptr() as usize - text.as_ptr() as usize;
         let model_span = start..start + raw_model.get().len();
         let stream = match top.stream {

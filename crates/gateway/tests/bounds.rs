@@ -400,3 +400,72 @@ async fn when_nothing_is_idle_a_new_destination_is_served_but_not_kept() {
         Some(&2.0)
     );
 }
+
+/// Odd model names — quotes, backslashes, braces, `#`, non-ASCII — are served and leave
+/// `/metrics` in the exposition format (every label value escaped, one sample a line) and the
+/// routing log one JSON object a line; names with control characters are refused (a carriage
+/// return passed unescaped into a label value and split the line for line readers).
+#[tokio::test]
+async fn odd_model_names_keep_metrics_and_the_routing_log_well_formed() {
+    let env = start(ANY, MockConfig::default()).await;
+    for name in ["new\nline", "tab\tand\rcr", "nul\u{0}byte"] {
+        let body =
+            serde_json::json!({"model": name, "messages": [{"role": "user", "content": "hi"}]});
+        let r = env.post("/v1/chat/completions", body, &[]).await;
+        assert_invalid_request("/v1/chat/completions", &r);
+        assert!(r.body.contains("control characters"), "{}", r.body);
+    }
+    let r = post_raw(&env, "/model/a%0Db/converse", r#"{"messages":[]}"#).await;
+    assert_invalid_request("/model/a%0Db/converse", &r);
+    let names = [
+        "a\"b",
+        "back\\slash",
+        "brace}{x=\"1\"}",
+        "# HELP fake",
+        "ünïcödé-模型",
+        "with space and = sign",
+    ];
+    for name in names {
+        let body =
+            serde_json::json!({"model": name, "messages": [{"role": "user", "content": "hi"}]});
+        let r = env.post("/v1/chat/completions", body, &[]).await;
+        assert_eq!(r.status, 200, "{name:?}: {}", r.body);
+    }
+    let (status, text) = env.admin_get("/metrics").await;
+    assert_eq!(status, 200);
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        if line.starts_with('#') {
+            assert!(
+                line.starts_with("# HELP ") || line.starts_with("# TYPE ") || line == "# EOF",
+                "a comment line that is not the exposition's own: {line:?}"
+            );
+            continue;
+        }
+        // name{labels} value — the labels' quotes balance once escapes are taken out.
+        let (series, value) = line.rsplit_once(' ').unwrap();
+        assert!(value.parse::<f64>().is_ok(), "{line:?}");
+        assert!(series.starts_with("sidetrack_"), "{line:?}");
+        let unescaped = series.replace("\\\\", "").replace("\\\"", "");
+        assert_eq!(unescaped.matches('"').count() % 2, 0, "{line:?}");
+        assert!(!series.contains('\n') && !series.contains('\r'), "{line:?}");
+    }
+    // Each odd name is counted under its own (escaped) label.
+    let attempts = samples(&text)
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("sidetrack_attempts_total{") && k.contains("a\\\"b"))
+        .count();
+    assert_eq!(attempts, 1, "{text}");
+    let recs = env
+        .log
+        .wait_for(4 + names.len(), Duration::from_secs(10))
+        .await;
+    let got: Vec<&str> = recs[4..]
+        .iter()
+        .filter_map(|r| r.requested_model.as_deref())
+        .collect();
+    assert_eq!(got, names);
+    for rec in &recs {
+        let line = serde_json::to_string(rec).unwrap();
+        assert!(!line.contains('\n'), "one line per record");
+    }
+}

@@ -37,9 +37,7 @@ pub fn parse_request(
     if model_id.trim().is_empty() {
         return Err(ParseError::MissingModel);
     }
-    if model_id.len() > MAX_MODEL_NAME_BYTES {
-        return Err(ParseError::ModelNameTooLong);
-    }
+    crate::request::check_model_name(model_id)?;
     let (_, top) = parse_top(&body)?;
     let present = |raw: Option<&RawValue>| raw.is_some_and(|r| !matches!(r.get(), "null" | "[]"));
     let tools = match dialect {
