@@ -16,7 +16,7 @@ pub mod invoke;
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use crate::request::{parse_top, Features, ParseError, ParsedRequest, MAX_MODEL_NAME_BYTES};
+use crate::request::{parse_top, Features, ParseError, ParsedRequest};
 use crate::Dialect;
 
 pub use errors::{normalize_error_code, parse_error, render_upstream_error, ERROR_TYPE_HEADER};
