@@ -100,6 +100,7 @@ pub fn encode_model_id(id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::MAX_MODEL_NAME_BYTES;
 
     #[test]
     fn model_ids_decode_and_encode_like_botocore() {
