@@ -687,3 +687,59 @@ async fn a_caller_that_stops_reading_a_stream_is_cut_off_after_the_idle_timeout(
     let rec = env.record(1).await;
     assert!(rec.streamed);
 }
+
+#[tokio::test]
+async fn an_http2_caller_that_grants_no_window_is_cut_off_after_the_idle_timeout() {
+    // A stream of 100000 chunks a millisecond apart, to a caller whose stream window is 1 KiB and
+    // who never reads (so never opens it) while its connection keeps answering PINGs: the socket
+    // stays writable, hyper holds the body's frames, and only the watchdog can end it.
+    let long = sidetrack_mock::Behaviour {
+        stream_chunks: Some(100_000),
+        chunk_interval_milliseconds: Some(1),
+        ..sidetrack_mock::Behaviour::default()
+    };
+    let env = start(
+        &config(5_000, 5_000, 500, ""),
+        common::behaviours(&[("m-long", long)]),
+    )
+    .await;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .http2_initial_stream_window_size(1024)
+        .http2_keep_alive_interval(Duration::from_millis(100))
+        .http2_keep_alive_while_idle(true)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let body = r#"{"model":"m-long","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let req = http::Request::post(format!("http://{}/v1/chat/completions", env.gw.addr))
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    let stalled_from = Instant::now();
+    // Hold the body unread for well past the idle timeout, then read what there is.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let mut body = resp.into_body();
+    let mut got = 0usize;
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(frame) = http_body_util::BodyExt::frame(&mut body).await {
+            match frame {
+                Ok(f) => got += f.data_ref().map_or(0, bytes::Bytes::len),
+                Err(_) => return false,
+            }
+        }
+        true
+    })
+    .await
+    .expect("the gateway still streams to a caller that granted nothing for 2.5 s");
+    assert!(
+        !ended,
+        "the stream ends with the connection cut, not cleanly"
+    );
+    assert!(got < 64 * 1024, "{got} bytes: only what the window allowed");
+    let rec = env.record(1).await;
+    assert!(rec.streamed && rec.committed);
+    assert!(stalled_from.elapsed() < Duration::from_secs(8));
+}

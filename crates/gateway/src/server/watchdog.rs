@@ -56,6 +56,16 @@ pub struct ConnWatch {
     /// HTTP/2 sends frames (PING, SETTINGS) between requests, so bytes on an idle HTTP/2
     /// connection do not start a head.
     http2: AtomicBool,
+    /// Response bodies that gave hyper a frame and have not been polled again since: hyper holds
+    /// them while the peer grants no room (an HTTP/2 window it never opens leaves the socket
+    /// writable, so no write blocks).
+    held: AtomicU32,
+    /// Frames the response bodies have given, all told: progress.
+    frames: AtomicU64,
+    /// The watchdog's own note: since when (ms) bodies have been held with `frames` at
+    /// `held_frames`; `NONE` while they move.
+    held_since: AtomicU64,
+    held_frames: AtomicU64,
 }
 
 impl ConnWatch {
@@ -68,6 +78,24 @@ impl ConnWatch {
             head_since: AtomicU64::new(0),
             write_blocked_since: AtomicU64::new(NONE),
             http2: AtomicBool::new(false),
+            held: AtomicU32::new(0),
+            frames: AtomicU64::new(0),
+            held_since: AtomicU64::new(NONE),
+            held_frames: AtomicU64::new(0),
+        }
+    }
+
+    /// Run by the watchdog at each look: bodies held with no frame given since the last look
+    /// start (or keep) the held clock; any progress stops it.
+    fn note_held(&self, now: u64) {
+        let frames = self.frames.load(Relaxed);
+        if self.held.load(Relaxed) > 0 && frames == self.held_frames.load(Relaxed) {
+            if self.held_since.load(Relaxed) == NONE {
+                self.held_since.store(now, Relaxed);
+            }
+        } else {
+            self.held_frames.store(frames, Relaxed);
+            self.held_since.store(NONE, Relaxed);
         }
     }
 
@@ -110,7 +138,13 @@ impl ConnWatch {
     fn deadline(&self, t: Timeouts) -> Option<u64> {
         let (header, idle) = (millis(t.header), millis(t.idle));
         let blocked = self.write_blocked_since.load(Relaxed);
-        let stalled = (blocked != NONE).then(|| blocked.saturating_add(idle));
+        let held = self.held_since.load(Relaxed);
+        // The peer has taken nothing for `idle`: a write waits, or hyper holds a body's frame.
+        let stalled = [blocked, held]
+            .into_iter()
+            .filter(|&s| s != NONE)
+            .min()
+            .map(|s| s.saturating_add(idle));
         if self.in_flight.load(Relaxed) > 0 {
             // A request in flight has its own bounds (body read, request deadline); only a peer
             // that stopped reading ends it here.
@@ -133,7 +167,8 @@ impl ConnWatch {
             return None;
         }
         let within = if self.in_flight.load(Relaxed) > 0 {
-            t.idle
+            // Held bodies are noted only when the watchdog looks: look twice per bound.
+            t.idle / 2
         } else {
             t.header.min(t.idle)
         };
@@ -147,7 +182,9 @@ impl ConnWatch {
         let sleep = tokio::time::sleep_until(self.started);
         let mut sleep = std::pin::pin!(sleep);
         loop {
-            let Some(at) = self.next_check(t, self.now_ms()) else {
+            let now = self.now_ms();
+            self.note_held(now);
+            let Some(at) = self.next_check(t, now) else {
                 return;
             };
             sleep
@@ -205,7 +242,11 @@ pub struct InFlight(Arc<ConnWatch>);
 impl InFlight {
     /// The response, its body carrying this guard.
     pub fn track(self, resp: Response) -> Response<Tracked> {
-        resp.map(|body| Tracked { body, _guard: self })
+        resp.map(|body| Tracked {
+            body,
+            guard: self,
+            gave: false,
+        })
     }
 }
 
@@ -218,10 +259,21 @@ impl Drop for InFlight {
     }
 }
 
-/// A response body that ends its request's [`InFlight`] when hyper is done with it.
+/// A response body that ends its request's [`InFlight`] when hyper is done with it, and tells
+/// the watchdog when hyper holds a frame it gave without asking for the next ([`ConnWatch::held`]).
 pub struct Tracked {
     body: Body,
-    _guard: InFlight,
+    guard: InFlight,
+    /// Gave a frame and has not been polled since.
+    gave: bool,
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        if self.gave {
+            self.guard.0.held.fetch_sub(1, Relaxed);
+        }
+    }
 }
 
 impl http_body::Body for Tracked {
@@ -232,7 +284,18 @@ impl http_body::Body for Tracked {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+        let this = self.get_mut();
+        let watch = &this.guard.0;
+        if std::mem::take(&mut this.gave) {
+            watch.held.fetch_sub(1, Relaxed);
+        }
+        let r = Pin::new(&mut this.body).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(_))) = &r {
+            this.gave = true;
+            watch.held.fetch_add(1, Relaxed);
+            watch.frames.fetch_add(1, Relaxed);
+        }
+        r
     }
 
     fn is_end_stream(&self) -> bool {
@@ -361,12 +424,36 @@ mod tests {
     }
 
     #[test]
+    fn a_body_held_with_no_progress_is_a_stall_and_progress_resets_it() {
+        let w = Arc::new(ConnWatch::new());
+        let guard = w.begin(http::Version::HTTP_2);
+        assert_eq!(w.deadline(T), None, "in flight, nothing held");
+        w.held.store(1, Relaxed);
+        w.frames.store(5, Relaxed);
+        w.note_held(10); // frames moved since the last look (0 → 5): not held yet
+        assert_eq!(w.deadline(T), None);
+        w.note_held(20); // no frame since: held from now
+        assert_eq!(w.deadline(T), Some(20 + 1000));
+        w.note_held(500); // still held: the clock keeps its start
+        assert_eq!(w.deadline(T), Some(20 + 1000));
+        w.frames.store(6, Relaxed);
+        w.note_held(600); // a frame went out: moving again
+        assert_eq!(w.deadline(T), None);
+        w.held.store(0, Relaxed);
+        drop(guard);
+    }
+
+    #[test]
     fn the_watchdog_looks_again_within_the_bound_an_unannounced_change_would_start() {
         let w = Arc::new(ConnWatch::new());
         assert_eq!(w.next_check(T, 0), Some(100), "the first head's deadline");
         assert_eq!(w.next_check(T, 100), None, "late");
         let guard = w.begin(http::Version::HTTP_11);
-        assert_eq!(w.next_check(T, 50), Some(1050), "busy: a stall may begin");
+        assert_eq!(
+            w.next_check(T, 50),
+            Some(550),
+            "busy: a stall may begin, and held bodies are noted only when it looks: twice per bound"
+        );
         drop(guard);
         let idle = w.idle_since.load(Relaxed);
         // Idle with no head yet: a head may begin any time, so look again within `header`.
