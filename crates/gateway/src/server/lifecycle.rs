@@ -191,20 +191,30 @@ pub async fn start(
     })
 }
 
-/// Warns when the process's open-file limit is below `server.maxConnections`: the fd table then
-/// fills first (the accept loop waits for a connection to close, and upstream connections can
-/// fail meanwhile).
+/// Connections one listener holds at most: `server.maxConnections`, capped so that caller
+/// sockets can never take the descriptors the gateway needs — a third of the open-file limit (less
+/// 64 for files, Redis and the like) per listener, leaving a third for upstream connections.
+pub(crate) fn connection_cap(max_connections: usize) -> usize {
+    match open_file_limit() {
+        Some(limit) => {
+            let share = usize::try_from(limit.saturating_sub(64) / 3).unwrap_or(usize::MAX);
+            max_connections.min(share.max(16))
+        }
+        None => max_connections,
+    }
+}
+
+/// Says so when the open-file limit caps `server.maxConnections` ([`connection_cap`]).
 fn warn_if_fds_run_out_first(max_connections: usize) {
-    let Some(limit) = open_file_limit() else {
-        return;
-    };
-    if limit < (max_connections as u64).saturating_add(64) {
+    let cap = connection_cap(max_connections);
+    if cap < max_connections {
         tracing::warn!(
-            open_file_limit = limit,
+            open_file_limit = open_file_limit().unwrap_or(0),
             max_connections,
-            "the open-file limit is below server.maxConnections: past it new connections wait \
-             until others close; raise the limit (ulimit -n, LimitNOFILE) or lower \
-             server.maxConnections"
+            connections_per_listener = cap,
+            "the open-file limit caps server.maxConnections: each listener holds at most \
+             connections_per_listener connections (past it new ones wait until others close); \
+             raise the limit (ulimit -n, LimitNOFILE) to allow more"
         );
     }
 }

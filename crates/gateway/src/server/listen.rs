@@ -170,7 +170,7 @@ pub fn serve(
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
 ) -> JoinHandle<std::io::Result<()>> {
-    let max = shared.runtime.load().config.server.max_connections;
+    let max = super::lifecycle::connection_cap(shared.runtime.load().config.server.max_connections);
     tokio::spawn(async move {
         let permits = Arc::new(Semaphore::new(max));
         // Notified when a connection ends: an accept that ran out of fds waits for it.
