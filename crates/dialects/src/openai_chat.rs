@@ -199,13 +199,12 @@ fn stream_end(ev: &SseEvent) -> Option<crate::StreamEvent> {
     }
     if ev.event.as_deref() == Some("error") || has_object_member(data.as_bytes(), &ERROR_KEY) {
         if let Ok(env) = serde_json::from_str::<ErrorEnvelope>(data) {
-            let error_type = env
-                .error
-                .kind
-                .or_else(|| env.error.code.and_then(|c| c.as_str().map(str::to_owned)))
-                .unwrap_or_else(|| "server_error".to_owned());
+            let code = env.error.code.as_ref().and_then(|c| c.as_str());
+            let error_type = specific_error_type(env.error.kind.as_deref(), code)
+                .unwrap_or("server_error")
+                .to_owned();
             return Some(crate::StreamEvent::Error {
-                status: status_for_error_type(&error_type),
+                status: error_status(&error_type, code),
                 message: env.error.message.unwrap_or_default(),
                 error_type,
             });
@@ -812,9 +811,7 @@ impl StreamDecoder {
             return;
         };
         if let Some(err) = v.get("error").filter(|e| e.is_object()) {
-            let error_type = err["type"]
-                .as_str()
-                .or_else(|| err["code"].as_str())
+            let error_type = specific_error_type(err["type"].as_str(), err["code"].as_str())
                 .unwrap_or("server_error")
                 .to_owned();
             out.push(StreamEvent::Error {
@@ -1468,8 +1465,29 @@ pub(crate) enum ErrorClass {
     Server,
 }
 
-pub(crate) fn classify_error(status: u16, error_type: &str) -> ErrorClass {
-    let by_type = match error_type {
+/// The more specific of an OpenAI error's `type` and `code`: OpenAI pairs a generic type with a
+/// specific code (`server_error` + `server_is_overloaded`, `invalid_request_error` +
+/// `invalid_api_key`), so the code wins unless it names nothing more than the type does.
+pub(crate) fn specific_error_type<'a>(
+    ty: Option<&'a str>,
+    code: Option<&'a str>,
+) -> Option<&'a str> {
+    let ty = ty.filter(|t| !t.is_empty() && *t != "error");
+    let code = code.filter(|c| !c.is_empty());
+    match (ty, code) {
+        (Some(t), Some(c))
+            if class_of_type(c) != ErrorClass::Server && class_of_type(c) != class_of_type(t) =>
+        {
+            Some(c)
+        }
+        (Some(t), _) => Some(t),
+        (None, c) => c,
+    }
+}
+
+/// The class an error type (or code) names on its own, whatever the status.
+fn class_of_type(error_type: &str) -> ErrorClass {
+    match error_type {
         "invalid_request_error" | "ValidationException" => ErrorClass::InvalidRequest,
         "authentication_error" | "invalid_api_key" => ErrorClass::Authentication,
         "billing_error" => ErrorClass::Billing,
@@ -1486,7 +1504,11 @@ pub(crate) fn classify_error(status: u16, error_type: &str) -> ErrorClass {
         | "ThrottlingException" => ErrorClass::RateLimit,
         "overloaded_error" | "overloaded" | "server_is_overloaded" => ErrorClass::Overloaded,
         _ => ErrorClass::Server,
-    };
+    }
+}
+
+pub(crate) fn classify_error(status: u16, error_type: &str) -> ErrorClass {
+    let by_type = class_of_type(error_type);
     match status {
         400 | 422 if by_type == ErrorClass::TooLarge => ErrorClass::TooLarge,
         400 | 422 => ErrorClass::InvalidRequest,
@@ -1519,12 +1541,11 @@ pub(crate) fn parse_any_error(
         Some(e) if e.is_object() => e,
         _ => &v,
     };
-    let ty = err
-        .get("type")
-        .and_then(|t| t.as_str())
-        .filter(|t| !t.is_empty() && *t != "error")
-        .or_else(|| err.get("code").and_then(|c| c.as_str()))
-        .or_else(|| v.get("__type").and_then(|c| c.as_str()));
+    let ty = specific_error_type(
+        err.get("type").and_then(|t| t.as_str()),
+        err.get("code").and_then(|c| c.as_str()),
+    )
+    .or_else(|| v.get("__type").and_then(|c| c.as_str()));
     let msg = err
         .get("message")
         .or_else(|| err.get("Message"))
