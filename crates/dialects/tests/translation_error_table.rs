@@ -269,7 +269,7 @@ fn anthropic_upstream_errors_reach_openai_callers_per_the_table() {
             let e = caller.render_upstream_error(r.status, &ty, &msg);
             assert_eq!(e.status, r.status, "row {i}");
             let v = body_json(&e.body);
-            let want_code = r.openai_out.1.map_or(Value::Null, |c| Value::from(c));
+            let want_code = r.openai_out.1.map_or(Value::Null, Value::from);
             assert_eq!(
                 (&v["error"]["type"], &v["error"]["code"]),
                 (&Value::from(r.openai_out.0), &want_code),
