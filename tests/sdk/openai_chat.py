@@ -1,6 +1,9 @@
 """Drives sidetrack with the official `openai` SDK; prints one JSON object for the Rust test.
 
-usage: openai_chat.py complete|stream BASE_URL MODEL
+usage: openai_chat.py complete|stream|stream_example|stream_usage BASE_URL MODEL
+`stream_example` reads every chunk as OpenAI's own streaming example does (`chunk.choices[0]`,
+which raises IndexError on a `choices: []` chunk); `stream_usage` asks for the usage chunk
+(`stream_options.include_usage`) and reports it.
 The client keeps the SDK defaults (max_retries=2), so a test can prove the SDK did not retry.
 """
 import json
@@ -28,6 +31,25 @@ def main() -> None:
                 if chunk.choices and chunk.choices[0].delta.content:
                     parts.append(chunk.choices[0].delta.content)
                 out["text"] = "".join(parts)
+        elif mode == "stream_example":
+            stream = client.chat.completions.create(model=model, messages=messages, stream=True)
+            for chunk in stream:
+                out["chunks"] += 1
+                out["text"] += chunk.choices[0].delta.content or ""
+        elif mode == "stream_usage":
+            stream = client.chat.completions.create(
+                model=model, messages=messages, stream=True,
+                stream_options={"include_usage": True},
+            )
+            out["usage_chunks"] = []
+            for chunk in stream:
+                out["chunks"] += 1
+                if chunk.choices:
+                    out["text"] += chunk.choices[0].delta.content or ""
+                elif chunk.usage is not None:
+                    out["usage_chunks"].append(
+                        {"prompt_tokens": chunk.usage.prompt_tokens,
+                         "completion_tokens": chunk.usage.completion_tokens})
         else:
             raise SystemExit(f"unknown mode {mode}")
     except openai.APIError as e:

@@ -199,13 +199,12 @@ fn stream_end(ev: &SseEvent) -> Option<crate::StreamEvent> {
     }
     if ev.event.as_deref() == Some("error") || has_object_member(data.as_bytes(), &ERROR_KEY) {
         if let Ok(env) = serde_json::from_str::<ErrorEnvelope>(data) {
-            let error_type = env
-                .error
-                .kind
-                .or_else(|| env.error.code.and_then(|c| c.as_str().map(str::to_owned)))
-                .unwrap_or_else(|| "server_error".to_owned());
+            let code = env.error.code.as_ref().and_then(|c| c.as_str());
+            let error_type = specific_error_type(env.error.kind.as_deref(), code)
+                .unwrap_or("server_error")
+                .to_owned();
             return Some(crate::StreamEvent::Error {
-                status: status_for_error_type(&error_type),
+                status: error_status(&error_type, code),
                 message: env.error.message.unwrap_or_default(),
                 error_type,
             });
@@ -812,9 +811,7 @@ impl StreamDecoder {
             return;
         };
         if let Some(err) = v.get("error").filter(|e| e.is_object()) {
-            let error_type = err["type"]
-                .as_str()
-                .or_else(|| err["code"].as_str())
+            let error_type = specific_error_type(err["type"].as_str(), err["code"].as_str())
                 .unwrap_or("server_error")
                 .to_owned();
             out.push(StreamEvent::Error {
@@ -909,10 +906,14 @@ impl StreamDecoder {
 
 /// Canonical stream events → the caller's chat-completions SSE.
 ///
-/// Always starts with the role chunk (`delta.role = "assistant"`), ends a finished stream with
-/// the `finish_reason` chunk, then the usage chunk (`choices: []`) **only if** usage is known (a
-/// `Usage` event or a `Stop` carrying usage), then `data: [DONE]`. An `Error` ends the stream with
-/// `data: {"error":…}` and no `[DONE]`.
+/// Starts with the role chunk (`delta.role = "assistant"`), held back until the first event that
+/// decides its `content`: `""` before text (or an empty answer), `null` before a tool call — as
+/// OpenAI sends it (clients such as the Vercel AI SDK turn a `""` into an empty text part). Ends a
+/// finished stream with the `finish_reason` chunk, then the usage chunk (`choices: []`) **only
+/// if** the caller asked for it ([`StreamEncoder::with_usage_chunk`], from
+/// `stream_options.include_usage`) and usage is known (a `Usage` event or a `Stop` carrying
+/// usage), then `data: [DONE]`. An `Error` ends the stream with `data: {"error":…}` and no
+/// `[DONE]`.
 #[derive(Debug)]
 pub struct StreamEncoder {
     id: String,
@@ -923,6 +924,8 @@ pub struct StreamEncoder {
     /// Canonical block index → `tool_calls[].index`.
     tool_index: Vec<(usize, usize)>,
     usage: Option<Usage>,
+    /// The caller asked for the usage chunk (`stream_options.include_usage: true`).
+    usage_chunk: bool,
 }
 
 impl StreamEncoder {
@@ -935,7 +938,15 @@ impl StreamEncoder {
             finished: false,
             tool_index: Vec::new(),
             usage: None,
+            usage_chunk: false,
         }
+    }
+
+    /// Whether the stream ends with the usage chunk (`choices: []`): only when the caller asked
+    /// with `stream_options.include_usage: true` (SPEC §5.7). Off by default, as at OpenAI.
+    pub fn with_usage_chunk(mut self, on: bool) -> Self {
+        self.usage_chunk = on;
+        self
     }
 
     /// Fixes the `created` timestamp (tests and golden files).
@@ -960,8 +971,7 @@ impl StreamEncoder {
             return Bytes::new();
         }
         let mut out = Vec::new();
-        if !self.started && !matches!(ev, StreamEvent::Error { .. }) {
-            self.started = true;
+        if !self.started {
             if let StreamEvent::Start { id, model, .. } = ev {
                 if self.id.is_empty() {
                     self.id.clone_from(id);
@@ -970,10 +980,21 @@ impl StreamEncoder {
                     self.model.clone_from(model);
                 }
             }
-            out.push(self.chunk(
-                json!({"role": "assistant", "content": "", "refusal": null}),
-                None,
-            ));
+            // The role chunk waits for the event that decides its `content`.
+            let content = match ev {
+                StreamEvent::TextDelta { .. } | StreamEvent::Stop { .. } => Some(json!("")),
+                StreamEvent::ToolCallStart { .. } | StreamEvent::ToolCallDelta { .. } => {
+                    Some(serde_json::Value::Null)
+                }
+                _ => None,
+            };
+            if let Some(content) = content {
+                self.started = true;
+                out.push(self.chunk(
+                    json!({"role": "assistant", "content": content, "refusal": null}),
+                    None,
+                ));
+            }
         }
         match ev {
             StreamEvent::Start { .. } | StreamEvent::BlockStop { .. } => {}
@@ -1006,7 +1027,7 @@ impl StreamEncoder {
                     self.usage = *usage;
                 }
                 out.push(self.chunk(json!({}), Some(stop_to_finish(*reason))));
-                if let Some(u) = self.usage {
+                if let Some(u) = self.usage.filter(|_| self.usage_chunk) {
                     let v = json!({
                         "id": self.id,
                         "object": "chat.completion.chunk",
@@ -1468,8 +1489,29 @@ pub(crate) enum ErrorClass {
     Server,
 }
 
-pub(crate) fn classify_error(status: u16, error_type: &str) -> ErrorClass {
-    let by_type = match error_type {
+/// The more specific of an OpenAI error's `type` and `code`: OpenAI pairs a generic type with a
+/// specific code (`server_error` + `server_is_overloaded`, `invalid_request_error` +
+/// `invalid_api_key`), so the code wins unless it names nothing more than the type does.
+pub(crate) fn specific_error_type<'a>(
+    ty: Option<&'a str>,
+    code: Option<&'a str>,
+) -> Option<&'a str> {
+    let ty = ty.filter(|t| !t.is_empty() && *t != "error");
+    let code = code.filter(|c| !c.is_empty());
+    match (ty, code) {
+        (Some(t), Some(c))
+            if class_of_type(c) != ErrorClass::Server && class_of_type(c) != class_of_type(t) =>
+        {
+            Some(c)
+        }
+        (Some(t), _) => Some(t),
+        (None, c) => c,
+    }
+}
+
+/// The class an error type (or code) names on its own, whatever the status.
+fn class_of_type(error_type: &str) -> ErrorClass {
+    match error_type {
         "invalid_request_error" | "ValidationException" => ErrorClass::InvalidRequest,
         "authentication_error" | "invalid_api_key" => ErrorClass::Authentication,
         "billing_error" => ErrorClass::Billing,
@@ -1486,7 +1528,11 @@ pub(crate) fn classify_error(status: u16, error_type: &str) -> ErrorClass {
         | "ThrottlingException" => ErrorClass::RateLimit,
         "overloaded_error" | "overloaded" | "server_is_overloaded" => ErrorClass::Overloaded,
         _ => ErrorClass::Server,
-    };
+    }
+}
+
+pub(crate) fn classify_error(status: u16, error_type: &str) -> ErrorClass {
+    let by_type = class_of_type(error_type);
     match status {
         400 | 422 if by_type == ErrorClass::TooLarge => ErrorClass::TooLarge,
         400 | 422 => ErrorClass::InvalidRequest,
@@ -1519,12 +1565,11 @@ pub(crate) fn parse_any_error(
         Some(e) if e.is_object() => e,
         _ => &v,
     };
-    let ty = err
-        .get("type")
-        .and_then(|t| t.as_str())
-        .filter(|t| !t.is_empty() && *t != "error")
-        .or_else(|| err.get("code").and_then(|c| c.as_str()))
-        .or_else(|| v.get("__type").and_then(|c| c.as_str()));
+    let ty = specific_error_type(
+        err.get("type").and_then(|t| t.as_str()),
+        err.get("code").and_then(|c| c.as_str()),
+    )
+    .or_else(|| v.get("__type").and_then(|c| c.as_str()));
     let msg = err
         .get("message")
         .or_else(|| err.get("Message"))
@@ -1825,5 +1870,108 @@ mod tests {
         assert!(s.starts_with("data: {\"error\":"));
         assert!(s.ends_with("\n\n"));
         assert!(!s.contains("[DONE]"));
+    }
+
+    fn encoded_chunks(mut e: StreamEncoder, events: &[StreamEvent]) -> Vec<serde_json::Value> {
+        let mut out = String::new();
+        for ev in events {
+            out.push_str(std::str::from_utf8(&e.encode(ev)).unwrap());
+        }
+        out.split("\n\n")
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect()
+    }
+
+    fn start() -> StreamEvent {
+        StreamEvent::Start {
+            id: "up".into(),
+            model: "up-m".into(),
+            input_tokens: Some(3),
+        }
+    }
+
+    fn stop(reason: StopReason) -> StreamEvent {
+        StreamEvent::Stop {
+            reason,
+            usage: Some(Usage {
+                input_tokens: 3,
+                output_tokens: 4,
+            }),
+        }
+    }
+
+    #[test]
+    fn the_role_chunk_has_null_content_before_a_tool_call_and_empty_before_text() {
+        let tool = [
+            start(),
+            StreamEvent::ToolCallStart {
+                index: 0,
+                id: "call_1".into(),
+                name: "f".into(),
+            },
+            StreamEvent::ToolCallDelta {
+                index: 0,
+                arguments: "{}".into(),
+            },
+            stop(StopReason::ToolUse),
+        ];
+        let c = encoded_chunks(StreamEncoder::new("c", "m"), &tool);
+        let role = &c[0]["choices"][0]["delta"];
+        assert_eq!(role["role"], "assistant");
+        assert!(role["content"].is_null(), "{role}");
+        assert!(role.get("content").is_some(), "content is there, as null");
+        assert!(
+            c.iter().all(|v| v["choices"][0]["delta"]["content"] != ""),
+            "no empty text anywhere in a tool-call answer: {c:?}"
+        );
+        assert_eq!(c[0]["id"], "c");
+
+        let text = [
+            start(),
+            StreamEvent::TextDelta {
+                index: 0,
+                text: "Hi".into(),
+            },
+            stop(StopReason::EndTurn),
+        ];
+        let c = encoded_chunks(StreamEncoder::new("", ""), &text);
+        assert_eq!(c[0]["choices"][0]["delta"]["content"], "");
+        assert_eq!(c[0]["choices"][0]["delta"]["role"], "assistant");
+        assert_eq!(c[0]["id"], "up", "the upstream id still fills an empty one");
+        assert_eq!(c[1]["choices"][0]["delta"]["content"], "Hi");
+        // An empty answer still opens with the role chunk.
+        let c = encoded_chunks(
+            StreamEncoder::new("c", "m"),
+            &[start(), stop(StopReason::EndTurn)],
+        );
+        assert_eq!(c[0]["choices"][0]["delta"]["content"], "");
+        assert_eq!(c[1]["choices"][0]["finish_reason"], "stop");
+    }
+
+    #[test]
+    fn the_usage_chunk_is_sent_only_when_the_caller_asked() {
+        let events = [
+            start(),
+            StreamEvent::TextDelta {
+                index: 0,
+                text: "Hi".into(),
+            },
+            stop(StopReason::EndTurn),
+        ];
+        let empty_choices = |c: &[serde_json::Value]| {
+            c.iter()
+                .filter(|v| v["choices"].as_array().is_some_and(Vec::is_empty))
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        let c = encoded_chunks(StreamEncoder::new("c", "m"), &events);
+        assert!(empty_choices(&c).is_empty(), "{c:?}");
+        let c = encoded_chunks(StreamEncoder::new("c", "m").with_usage_chunk(true), &events);
+        let u = empty_choices(&c);
+        assert_eq!(u.len(), 1, "{c:?}");
+        assert_eq!(u[0]["usage"]["prompt_tokens"], 3);
+        assert_eq!(u[0]["usage"]["completion_tokens"], 4);
     }
 }

@@ -131,9 +131,15 @@ impl Dialect {
         }
     }
 
-    pub fn stream_encoder(self, id: &str, model: &str) -> Box<dyn Encode> {
+    /// The encoder of this format's streams for a translated answer. `usage_chunk`: the caller
+    /// asked for usage in the stream (`ParsedRequest::stream_usage == Some(true)`); only the
+    /// OpenAI chat encoder reads it (its `choices: []` usage chunk is opt-in; the other formats
+    /// always carry usage).
+    pub fn stream_encoder(self, id: &str, model: &str, usage_chunk: bool) -> Box<dyn Encode> {
         match self {
-            Dialect::OpenAiChat => Box::new(openai_chat::StreamEncoder::new(id, model)),
+            Dialect::OpenAiChat => {
+                Box::new(openai_chat::StreamEncoder::new(id, model).with_usage_chunk(usage_chunk))
+            }
             Dialect::OpenAiResponses => Box::new(openai_responses::StreamEncoder::new(id, model)),
             Dialect::AnthropicMessages => {
                 Box::new(anthropic_messages::StreamEncoder::new(id, model))

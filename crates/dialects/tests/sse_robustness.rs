@@ -455,7 +455,7 @@ fn random_and_mutated_streams_never_panic_the_stream_decoders() {
             // One encoder per decoder, drawn at random, keeps the run short; every pair is
             // covered across the iterations (the fuzz targets encode into all five).
             let mut decoder = dialect.stream_decoder();
-            let mut encoder = rng.pick(&ALL_DIALECTS).stream_encoder("id", "m");
+            let mut encoder = rng.pick(&ALL_DIALECTS).stream_encoder("id", "m", true);
             for piece in random_pieces(rng, &data) {
                 for ev in decoder.push(piece) {
                     let _ = encoder.encode(&ev);
@@ -551,7 +551,7 @@ fn usage_at_u64_max_renders_without_overflow() {
     let resp = anthropic_messages::parse_response(body).unwrap();
     for dialect in ALL_DIALECTS {
         let _ = dialect.render_response(&resp);
-        let mut e = dialect.stream_encoder("id", "m");
+        let mut e = dialect.stream_encoder("id", "m", true);
         let _ = e.encode(&StreamEvent::Start {
             id: "id".into(),
             model: "m".into(),

@@ -115,7 +115,9 @@ impl D {
         let mut out = Vec::new();
         match self {
             D::Chat => {
+                // The golden caller asked for usage (`stream_options.include_usage`).
                 let mut e = openai_chat::StreamEncoder::new("chatcmpl-gw1", "caller-model")
+                    .with_usage_chunk(true)
                     .with_created(CREATED);
                 events
                     .iter()

@@ -59,6 +59,8 @@ pub struct AttemptSpec<'a> {
     /// The gateway asked the upstream for a usage chunk the caller did not ask for (SPEC §14
     /// "Token limits"): the stream pipe keeps it from the caller.
     pub strip_usage: bool,
+    /// The caller asked for usage in the stream (`ParsedRequest::stream_usage == Some(true)`).
+    pub caller_usage: bool,
 }
 
 /// A classified attempt.
@@ -443,6 +445,7 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
             spec.model,
             spec.bounds.max_stream_event_bytes,
             spec.strip_usage,
+            spec.caller_usage,
         ));
         if translated {
             let ct = http::HeaderValue::from_static(spec.caller.stream_content_type());

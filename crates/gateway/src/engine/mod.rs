@@ -462,6 +462,7 @@ async fn attempt_one(
             stream_commit: input.stream_commit,
             bounds: input.bounds,
             strip_usage,
+            caller_usage: input.request.stream_usage == Some(true),
         })
     }
     .await)

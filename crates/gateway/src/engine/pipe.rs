@@ -93,7 +93,9 @@ impl Pipe {
     /// A pipe from an upstream speaking `upstream` to a caller speaking `caller`. `id` and `model`
     /// name the message in a translated stream; no upstream event may exceed `max_event` bytes.
     /// `strip_usage`: the gateway asked an OpenAI chat upstream for the usage chunk the caller did
-    /// not ask for; it is read, and kept from the caller ([`Pipe::outgoing`]).
+    /// not ask for; it is read, and kept from the caller ([`Pipe::outgoing`]). `caller_usage`: the
+    /// caller asked for usage in the stream (`stream_options.include_usage`); a translated OpenAI
+    /// chat stream carries the usage chunk only then (SPEC §5.7).
     pub fn new(
         upstream: Dialect,
         caller: Dialect,
@@ -101,6 +103,7 @@ impl Pipe {
         model: &str,
         max_event: usize,
         strip_usage: bool,
+        caller_usage: bool,
     ) -> Pipe {
         let decoder = || {
             let mut d = upstream.stream_decoder();
@@ -115,7 +118,7 @@ impl Pipe {
         } else {
             Way::Translated {
                 decoder: decoder(),
-                encoder: caller.stream_encoder(id, model),
+                encoder: caller.stream_encoder(id, model, caller_usage),
             }
         };
         Pipe {
@@ -410,7 +413,7 @@ mod tests {
 
     fn pipe(strip: bool) -> Pipe {
         let chat = Dialect::OpenAiChat;
-        Pipe::new(chat, chat, "id", "m", 1 << 20, strip)
+        Pipe::new(chat, chat, "id", "m", 1 << 20, strip, !strip)
     }
 
     /// Feeds `whole` split at every position into two chunks; returns what the caller got.
