@@ -20,6 +20,7 @@ const CONFIG: &str = r#"
 targets:
   - { name: aws, provider: bedrock, baseUrl: "${MOCK}", region: us-east-1, apiKey: bedrock-key, models: ["us.*"] }
   - { name: oai, provider: openai, baseUrl: "${MOCK}/v1", models: ["gpt-*"] }
+  - { name: claude, provider: anthropic, baseUrl: "${MOCK}", apiKey: k, models: ["claude-*"] }
 "#;
 
 const CONVERSE_MODEL: &str = "us.anthropic.usage-v1:0";
@@ -151,6 +152,24 @@ async fn every_caller_dialect_reports_the_usage_of_a_converse_stream_upstream() 
             "{caller}"
         );
     }
+}
+
+/// The mock's `message_delta` now carries `input_tokens` as the real API does (issue 14); the
+/// gateway's Anthropic decoder reads both, so a translated caller and the routing log get them.
+#[tokio::test]
+async fn an_anthropic_upstreams_message_delta_usage_reaches_a_translated_caller() {
+    let env = start(CONFIG, behaviours(&[("claude-usage", fixed_usage())])).await;
+    let (status, bytes) = post_raw(
+        &env,
+        "/v1/chat/completions",
+        json!({"model": "claude-usage", "stream": true, "stream_options": {"include_usage": true},
+               "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(reported_usage("openai-chat", &bytes), Some((17, 9)));
+    let usage = env.record(1).await.usage.unwrap();
+    assert_eq!((usage.input_tokens, usage.output_tokens), (17, 9));
 }
 
 /// A connection lost mid-stream ends a Bedrock caller's translated stream with the documented
