@@ -16,6 +16,11 @@ pub trait Decode: Send {
     /// The stream broke its framing or its bound: the decoder has stopped (its `Error` event,
     /// status 502, was the last it gave).
     fn failed(&self) -> bool;
+    /// The upstream's stream ended: whatever the decoder still held back (a ConverseStream `Stop`
+    /// waiting for its `metadata`).
+    fn finish(&mut self) -> Vec<StreamEvent> {
+        Vec::new()
+    }
 }
 
 /// Canonical stream events → caller bytes of one format.
@@ -24,7 +29,7 @@ pub trait Encode: Send {
 }
 
 macro_rules! codec_impls {
-    ($($m:ident),*) => {$(
+    ($($m:ident $(+ $finish:ident)?),*) => {$(
         impl Decode for $m::StreamDecoder {
             fn push(&mut self, bytes: &[u8]) -> Vec<StreamEvent> {
                 $m::StreamDecoder::push(self, bytes)
@@ -35,6 +40,11 @@ macro_rules! codec_impls {
             fn failed(&self) -> bool {
                 $m::StreamDecoder::failed(self)
             }
+            $(
+                fn $finish(&mut self) -> Vec<StreamEvent> {
+                    $m::StreamDecoder::$finish(self)
+                }
+            )?
         }
         impl Encode for $m::StreamEncoder {
             fn encode(&mut self, ev: &StreamEvent) -> Bytes {
@@ -48,7 +58,7 @@ codec_impls!(
     openai_chat,
     openai_responses,
     anthropic_messages,
-    converse,
+    converse + finish,
     invoke
 );
 

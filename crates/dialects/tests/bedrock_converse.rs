@@ -292,7 +292,9 @@ fn responses_round_trip_with_every_stop_reason() {
 
 fn decode_all(bytes: &[u8], step: usize) -> Vec<StreamEvent> {
     let mut d = converse::StreamDecoder::new();
-    bytes.chunks(step.max(1)).flat_map(|c| d.push(c)).collect()
+    let mut out: Vec<StreamEvent> = bytes.chunks(step.max(1)).flat_map(|c| d.push(c)).collect();
+    out.extend(d.finish());
+    out
 }
 
 #[test]
@@ -328,18 +330,34 @@ fn stream_encode_then_decode_gives_the_same_events() {
         StreamEvent::BlockStop { index: 1 },
         StreamEvent::Stop {
             reason: StopReason::ToolUse,
-            usage: None,
+            usage: Some(Usage {
+                input_tokens: 12,
+                output_tokens: 7,
+            }),
         },
-        StreamEvent::Usage(Usage {
-            input_tokens: 12,
-            output_tokens: 7,
-        }),
     ];
     let mut enc = converse::StreamEncoder::new("id", "model");
     let bytes: Vec<u8> = events.iter().flat_map(|e| enc.encode(e).to_vec()).collect();
     for step in [1, 7, 64, bytes.len()] {
         assert_eq!(decode_all(&bytes, step), events, "step {step}");
     }
+    // A Stop without usage then a Usage encode the same frames, and decode the same way.
+    let mut enc = converse::StreamEncoder::new("id", "model");
+    let split_usage: Vec<u8> = events[..events.len() - 1]
+        .iter()
+        .chain([
+            &StreamEvent::Stop {
+                reason: StopReason::ToolUse,
+                usage: None,
+            },
+            &StreamEvent::Usage(Usage {
+                input_tokens: 12,
+                output_tokens: 7,
+            }),
+        ])
+        .flat_map(|e| enc.encode(e).to_vec())
+        .collect();
+    assert_eq!(decode_all(&split_usage, 9), events);
     // Text blocks get no contentBlockStart, tool blocks do.
     let mut fd = eventstream::FrameDecoder::new();
     let types: Vec<String> = fd
@@ -392,14 +410,83 @@ fn stop_with_usage_becomes_message_stop_then_metadata() {
     let got = decode_all(&bytes, 5);
     assert_eq!(
         got[2..],
-        [
-            StreamEvent::Stop {
-                reason: StopReason::EndTurn,
-                usage: None
-            },
-            StreamEvent::Usage(usage)
-        ]
+        [StreamEvent::Stop {
+            reason: StopReason::EndTurn,
+            usage: Some(usage)
+        }]
     );
+}
+
+/// Issue 14: the usage arrives in `metadata`, after `messageStop`; a caller's encoder closes its
+/// stream on the `Stop`, so the `Stop` waits for the usage and carries it.
+#[test]
+fn the_stop_waits_for_metadata_and_carries_its_usage() {
+    let frame = |t: &str, v: Value| eventstream::event_frame(t, v.to_string().as_bytes());
+    let mut d = converse::StreamDecoder::new();
+    assert_eq!(
+        d.push(&frame("messageStart", json!({"role": "assistant"})))
+            .len(),
+        1
+    );
+    assert_eq!(
+        d.push(&frame(
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 0, "delta": {"text": "Hi"}})
+        ))
+        .len(),
+        1
+    );
+    assert_eq!(
+        d.push(&frame("contentBlockStop", json!({"contentBlockIndex": 0})))
+            .len(),
+        1
+    );
+    assert_eq!(
+        d.push(&frame("messageStop", json!({"stopReason": "end_turn"}))),
+        vec![],
+        "held until metadata"
+    );
+    let usage = Usage {
+        input_tokens: 11,
+        output_tokens: 5,
+    };
+    assert_eq!(
+        d.push(&frame(
+            "metadata",
+            json!({"usage": {"inputTokens": 11, "outputTokens": 5, "totalTokens": 16}, "metrics": {"latencyMs": 1}})
+        )),
+        vec![StreamEvent::Stop {
+            reason: StopReason::EndTurn,
+            usage: Some(usage)
+        }]
+    );
+    assert_eq!(d.finish(), vec![], "nothing left");
+
+    // No metadata: the end of the stream releases the Stop, without usage.
+    let mut d = converse::StreamDecoder::new();
+    d.push(&frame("messageStop", json!({"stopReason": "max_tokens"})));
+    assert_eq!(
+        d.finish(),
+        vec![StreamEvent::Stop {
+            reason: StopReason::MaxTokens,
+            usage: None
+        }]
+    );
+
+    // An exception between them: the Stop first, then the error.
+    let mut d = converse::StreamDecoder::new();
+    d.push(&frame("messageStop", json!({"stopReason": "end_turn"})));
+    let got = d.push(&eventstream::exception_frame("throttlingException", "slow"));
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(
+        got[0],
+        StreamEvent::Stop {
+            reason: StopReason::EndTurn,
+            usage: None
+        }
+    );
+    assert!(matches!(got[1], StreamEvent::Error { status: 429, .. }));
+    assert_eq!(d.finish(), vec![]);
 }
 
 #[test]
@@ -449,12 +536,11 @@ fn decodes_real_bedrock_shapes_with_padding_unknown_events_and_exceptions() {
             StreamEvent::BlockStop { index: 0 },
             StreamEvent::Stop {
                 reason: StopReason::MaxTokens,
-                usage: None
+                usage: Some(Usage {
+                    input_tokens: 3,
+                    output_tokens: 1
+                })
             },
-            StreamEvent::Usage(Usage {
-                input_tokens: 3,
-                output_tokens: 1
-            }),
             StreamEvent::Error {
                 status: 429,
                 error_type: "throttlingException".into(),

@@ -117,7 +117,7 @@ async fn stream_framing_is_exact() {
         frames[5],
         "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n"
     );
-    assert_eq!(frames[6], "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":2}}\n\n");
+    assert_eq!(frames[6], "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"input_tokens\":6,\"output_tokens\":2}}\n\n");
     assert_eq!(
         frames[7],
         "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
@@ -285,4 +285,7 @@ async fn tool_call_answers_with_a_tool_use_block() {
     assert_eq!(partial, "{\"city\":\"Paris\"}");
     let delta = events.iter().find(|(n, _)| n == "message_delta").unwrap();
     assert_eq!(delta.1["delta"]["stop_reason"], "tool_use");
+    // The real API repeats the input tokens in `message_delta` (LangChain's ChatAnthropic reads them).
+    assert!(delta.1["usage"]["input_tokens"].is_u64(), "{}", delta.1);
+    assert!(delta.1["usage"]["output_tokens"].is_u64(), "{}", delta.1);
 }

@@ -140,7 +140,10 @@ async fn invoke_with_response_stream_wraps_anthropic_events_in_chunk_frames() {
         events[2]["delta"],
         json!({"type": "text_delta", "text": "abcd"})
     );
-    assert_eq!(events[5]["usage"], json!({"output_tokens": 2}));
+    assert_eq!(
+        events[5]["usage"],
+        json!({"input_tokens": 6, "output_tokens": 2})
+    );
     let metrics = &events[6]["amazon-bedrock-invocationMetrics"];
     assert_eq!(metrics["inputTokenCount"], 6);
     assert_eq!(metrics["outputTokenCount"], 2);

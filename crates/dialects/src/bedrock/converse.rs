@@ -681,14 +681,18 @@ pub(crate) fn full_response_usage(body: &[u8]) -> Option<Usage> {
 // Streams
 
 /// ConverseStream event-stream bytes → canonical events. `messageStart` gives a `Start` with an
-/// empty id and model (the stream carries neither); `messageStop` gives `Stop` without usage and
-/// the later `metadata` event gives `Usage`. Exception frames become `Error` with the status the
-/// exception stands for. Unknown event types and fields are ignored. A stream that cannot be
-/// decoded yields one `Error` (status 502) and nothing after it.
+/// empty id and model (the stream carries neither). The `Stop` of `messageStop` is held until the
+/// `metadata` event after it, so that it carries the stream's usage (a caller's encoder closes its
+/// stream on the `Stop`); a stream that ends without `metadata` gets it from
+/// [`StreamDecoder::finish`], and an error frame in between releases it first. Exception frames
+/// become `Error` with the status the exception stands for. Unknown event types and fields are
+/// ignored. A stream that cannot be decoded yields one `Error` (status 502) and nothing after it.
 #[derive(Debug, Default)]
 pub struct StreamDecoder {
     frames: FrameDecoder,
     failed: bool,
+    /// The `messageStop`'s reason, waiting for `metadata`.
+    pending_stop: Option<StopReason>,
 }
 
 impl StreamDecoder {
@@ -714,7 +718,7 @@ impl StreamDecoder {
         match self.frames.push(bytes) {
             Ok(frames) => {
                 for f in &frames {
-                    if let Err(e) = frame_to_events(f, &mut out) {
+                    if let Err(e) = frame_to_events(f, &mut self.pending_stop, &mut out) {
                         self.failed = true;
                         out.push(StreamEvent::Error {
                             status: 502,
@@ -736,6 +740,17 @@ impl StreamDecoder {
         }
         out
     }
+
+    /// The upstream's stream ended: a `Stop` still waiting for `metadata` comes out without usage.
+    pub fn finish(&mut self) -> Vec<StreamEvent> {
+        match self.pending_stop.take() {
+            Some(reason) if !self.failed => vec![StreamEvent::Stop {
+                reason,
+                usage: None,
+            }],
+            _ => Vec::new(),
+        }
+    }
 }
 
 fn index_of(v: &Value) -> Result<usize, TranslateError> {
@@ -747,11 +762,19 @@ fn index_of(v: &Value) -> Result<usize, TranslateError> {
 
 fn frame_to_events(
     f: &eventstream::Frame,
+    pending_stop: &mut Option<StopReason>,
     out: &mut Vec<StreamEvent>,
 ) -> Result<(), TranslateError> {
     match f.message_type.as_str() {
         "event" => {}
         "exception" | "error" => {
+            // The message had ended; what went wrong after it still reaches the caller.
+            if let Some(reason) = pending_stop.take() {
+                out.push(StreamEvent::Stop {
+                    reason,
+                    usage: None,
+                });
+            }
             out.push(bedrock_errors::frame_error(f));
             return Ok(());
         }
@@ -810,17 +833,18 @@ fn frame_to_events(
         "contentBlockStop" => out.push(StreamEvent::BlockStop {
             index: index_of(&v)?,
         }),
-        "messageStop" => out.push(StreamEvent::Stop {
-            reason: stop_from_str(
+        "messageStop" => {
+            *pending_stop = Some(stop_from_str(
                 field(&v, "stopReason")
                     .and_then(Value::as_str)
                     .unwrap_or(""),
-            ),
-            usage: None,
-        }),
+            ));
+        }
         "metadata" => {
-            if let Some(u) = usage_from(field(&v, "usage")) {
-                out.push(StreamEvent::Usage(u));
+            let usage = usage_from(field(&v, "usage"));
+            match pending_stop.take() {
+                Some(reason) => out.push(StreamEvent::Stop { reason, usage }),
+                None => out.extend(usage.map(StreamEvent::Usage)),
             }
         }
         _ => {}

@@ -265,11 +265,48 @@ impl Pipe {
             }
             Way::Translated { decoder, encoder } => {
                 let mut out = BytesMut::new();
-                for ev in decoder.push(&chunk) {
+                let events = decoder.push(&chunk);
+                let failed = decoder.failed();
+                let last = events.len().saturating_sub(1);
+                for (i, ev) in events.iter().enumerate() {
+                    watched(&mut self.state, ev);
+                    match ev {
+                        // The decoder's own protocol failure (its last event) is the gateway's
+                        // mid-stream failure, not the upstream's error event.
+                        Event::Error { message, .. } if failed && i == last => {
+                            out.extend_from_slice(&gateway_stream_error(
+                                self.caller,
+                                encoder.as_mut(),
+                                message,
+                            ));
+                        }
+                        _ => out.extend_from_slice(&encoder.encode(ev)),
+                    }
+                }
+                decoder_failure(&mut self.state, decoder.as_ref(), self.upstream);
+                out.freeze()
+            }
+        }
+    }
+
+    /// The upstream's stream ended: what its decoder still held back (a ConverseStream `Stop`
+    /// waiting for `metadata`) is read, and for a translated stream rendered for the caller.
+    pub fn end(&mut self) -> Bytes {
+        self.catch_up();
+        match &mut self.way {
+            Way::ChatPassthrough(_) => Bytes::new(),
+            Way::Watched(decoder) => {
+                for ev in decoder.finish() {
+                    watched(&mut self.state, &ev);
+                }
+                Bytes::new()
+            }
+            Way::Translated { decoder, encoder } => {
+                let mut out = BytesMut::new();
+                for ev in decoder.finish() {
                     watched(&mut self.state, &ev);
                     out.extend_from_slice(&encoder.encode(&ev));
                 }
-                decoder_failure(&mut self.state, decoder.as_ref(), self.upstream);
                 out.freeze()
             }
         }
@@ -290,11 +327,9 @@ impl Pipe {
         }
         self.state.error.get_or_insert((502, "api_error".into()));
         match &mut self.way {
-            Way::Translated { encoder, .. } => Some(encoder.encode(&Event::Error {
-                status: 502,
-                error_type: "api_error".into(),
-                message: message.to_owned(),
-            })),
+            Way::Translated { encoder, .. } => {
+                Some(gateway_stream_error(self.caller, encoder.as_mut(), message))
+            }
             _ => {
                 let tail = self.caller.render_stream_error(message);
                 if cut_mid_event && self.caller.stream_content_type() == "text/event-stream" {
@@ -307,6 +342,25 @@ impl Pipe {
             }
         }
     }
+}
+
+/// The end of a translated stream after a failure of the gateway's own (the upstream's connection
+/// lost, a bound or framing broken, a timeout): a 502 `api_error` through the caller's encoder,
+/// which keeps an SSE caller's stream well formed; a Bedrock caller gets the frame the
+/// same-dialect path sends, `modelStreamErrorException` (SPEC §5.6) — by its status alone, a 502
+/// would map to `serviceUnavailableException`, which is what an upstream's own 502/503 event gives.
+fn gateway_stream_error(caller: Dialect, encoder: &mut dyn Encode, message: &str) -> Bytes {
+    let error = Event::Error {
+        status: 502,
+        error_type: "api_error".into(),
+        message: message.to_owned(),
+    };
+    if caller.is_sse() {
+        return encoder.encode(&error);
+    }
+    // The encoder ends its stream on the error; its own frame is not sent.
+    drop(encoder.encode(&error));
+    caller.render_stream_error(message)
 }
 
 /// One whole SSE event (its lines and the blank line): is it a chat chunk with `choices: []` and
@@ -462,6 +516,109 @@ mod tests {
             .error_tail("gone")
             .unwrap()
             .starts_with(b"data: {\"error\""));
+    }
+
+    fn frames(bytes: &[u8]) -> Vec<sidetrack_dialects::bedrock::eventstream::Frame> {
+        sidetrack_dialects::bedrock::eventstream::FrameDecoder::new()
+            .push(bytes)
+            .unwrap()
+    }
+
+    /// Issue 14: an invoke caller on a ConverseStream upstream (as Bedrock sends it: `messageStop`,
+    /// then `metadata` with the usage) gets the usage in its stream.
+    #[test]
+    fn an_invoke_caller_gets_the_usage_of_a_converse_stream() {
+        use sidetrack_dialects::bedrock::converse;
+        use sidetrack_dialects::canonical::StopReason;
+        let mut upstream = converse::StreamEncoder::new("", "");
+        let mut bytes = BytesMut::new();
+        for ev in [
+            Event::TextDelta {
+                index: 0,
+                text: "hi".into(),
+            },
+            Event::BlockStop { index: 0 },
+            Event::Stop {
+                reason: StopReason::EndTurn,
+                usage: None,
+            },
+            Event::Usage(Usage {
+                input_tokens: 17,
+                output_tokens: 9,
+            }),
+        ] {
+            bytes.extend_from_slice(&upstream.encode(&ev));
+        }
+        let mut p = Pipe::new(
+            Dialect::BedrockConverse,
+            Dialect::BedrockInvoke,
+            "id",
+            "m",
+            1 << 20,
+            false,
+        );
+        let mut out = p.feed(bytes.freeze()).to_vec();
+        out.extend_from_slice(&p.end());
+        // The caller's stream, read back as an invoke client reads it.
+        let got = Dialect::BedrockInvoke.stream_decoder().push(&out);
+        assert_eq!(
+            got.last(),
+            Some(&Event::Stop {
+                reason: StopReason::EndTurn,
+                usage: Some(Usage {
+                    input_tokens: 17,
+                    output_tokens: 9,
+                }),
+            }),
+            "{got:?}"
+        );
+        assert!(p.state().seen_done);
+    }
+
+    /// A translated stream to a Bedrock caller that breaks its bound ends with the documented
+    /// `modelStreamErrorException`; an upstream's own error event keeps its mapping.
+    #[test]
+    fn a_bedrock_caller_gets_model_stream_error_for_the_gateways_failures_only() {
+        let mut p = Pipe::new(
+            Dialect::OpenAiChat,
+            Dialect::BedrockConverse,
+            "id",
+            "m",
+            64,
+            false,
+        );
+        let mut out = p.feed(Bytes::from_static(CONTENT.as_bytes())).to_vec();
+        let long = format!(
+            "data: {{\"choices\":[{{\"delta\":{{\"content\":\"{}\"}}}}]}}\n\n",
+            "x".repeat(100)
+        );
+        out.extend_from_slice(&p.feed(Bytes::from(long)));
+        assert!(p.state().protocol_failure.is_some());
+        let last = frames(&out).pop().unwrap();
+        assert_eq!(
+            last.exception_type.as_deref(),
+            Some("modelStreamErrorException")
+        );
+
+        let mut p = Pipe::new(
+            Dialect::AnthropicMessages,
+            Dialect::BedrockConverse,
+            "id",
+            "m",
+            1 << 20,
+            false,
+        );
+        let event = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"busy\"}}\n\n";
+        let out = p.feed(Bytes::from_static(event.as_bytes()));
+        let last = frames(&out).pop().unwrap();
+        assert_eq!(
+            last.exception_type.as_deref(),
+            Some("serviceUnavailableException")
+        );
+        assert!(
+            p.error_tail("gone").is_none(),
+            "the caller has the upstream's error"
+        );
     }
 
     #[test]

@@ -330,6 +330,12 @@ impl<F: OnFinish> Body for RelayBody<F> {
                 }
                 Poll::Ready(None) => {
                     this.catch_up();
+                    if let Some(p) = this.pipe.as_mut() {
+                        let tail = p.end();
+                        if !tail.is_empty() {
+                            this.held.push_back(tail);
+                        }
+                    }
                     let ended_cleanly = this
                         .pipe
                         .as_ref()

@@ -276,6 +276,7 @@ impl Events {
                     stop_sequence: None,
                 },
                 usage: OutputUsage {
+                    input_tokens: self.usage.prompt_tokens,
                     output_tokens: self.usage.completion_tokens,
                 },
             },
@@ -427,6 +428,7 @@ impl From<Usage> for UsageBody {
 
 #[derive(Debug, Clone, Copy, Serialize)]
 pub(crate) struct OutputUsage {
+    input_tokens: u64,
     output_tokens: u64,
 }
 
