@@ -556,6 +556,7 @@ mod tests {
             "m",
             1 << 20,
             false,
+            false,
         );
         let mut out = p.feed(bytes.freeze()).to_vec();
         out.extend_from_slice(&p.end());
@@ -586,6 +587,7 @@ mod tests {
             "m",
             64,
             false,
+            false,
         );
         let mut out = p.feed(Bytes::from_static(CONTENT.as_bytes())).to_vec();
         let long = format!(
@@ -606,6 +608,7 @@ mod tests {
             "id",
             "m",
             1 << 20,
+            false,
             false,
         );
         let event = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"busy\"}}\n\n";
