@@ -642,20 +642,26 @@ async fn an_idle_http2_connection_lasts_the_idle_timeout_even_when_the_client_pi
     );
 }
 
-#[tokio::test]
-async fn a_caller_that_stops_reading_a_stream_is_cut_off_after_the_idle_timeout() {
-    // A stream of 100000 chunks a millisecond apart: 100 s unless the gateway gives up on a
-    // caller that takes nothing.
+/// A gateway (idle timeout 500 ms) whose mock model `m-long` streams 100000 chunks a
+/// millisecond apart: 100 s, unless the gateway gives up on a caller that takes nothing.
+async fn long_stream_gateway() -> Env {
     let long = sidetrack_mock::Behaviour {
         stream_chunks: Some(100_000),
         chunk_interval_milliseconds: Some(1),
         ..sidetrack_mock::Behaviour::default()
     };
-    let env = start(
+    start(
         &config(5_000, 5_000, 500, ""),
         common::behaviours(&[("m-long", long)]),
     )
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn a_caller_that_stops_reading_a_stream_is_cut_off_after_the_idle_timeout() {
+    // A stream of 100000 chunks a millisecond apart: 100 s unless the gateway gives up on a
+    // caller that takes nothing.
+    let env = long_stream_gateway().await;
     // A pipe that holds 256 bytes: the caller's socket buffer, full in no time.
     let (mut client, server) = tokio::io::duplex(256);
     let serve = env.gw.serve_connection(server);
@@ -693,16 +699,7 @@ async fn an_http2_caller_that_grants_no_window_is_cut_off_after_the_idle_timeout
     // A stream of 100000 chunks a millisecond apart, to a caller whose stream window is 1 KiB and
     // who never reads (so never opens it) while its connection keeps answering PINGs: the socket
     // stays writable, hyper holds the body's frames, and only the watchdog can end it.
-    let long = sidetrack_mock::Behaviour {
-        stream_chunks: Some(100_000),
-        chunk_interval_milliseconds: Some(1),
-        ..sidetrack_mock::Behaviour::default()
-    };
-    let env = start(
-        &config(5_000, 5_000, 500, ""),
-        common::behaviours(&[("m-long", long)]),
-    )
-    .await;
+    let env = long_stream_gateway().await;
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .http2_only(true)
         .http2_initial_stream_window_size(1024)
