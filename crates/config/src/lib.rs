@@ -19,6 +19,9 @@ mod validate;
 
 use std::path::Path;
 
+pub mod glob;
+mod lint;
+
 pub use error::{ConfigError, ConfigErrors};
 pub use model::*;
 pub use redact::{redact_url, url_has_user_info};
@@ -48,6 +51,35 @@ pub fn load_file_with_env(
 /// Loads and validates config text; `source_name` is used in messages and [`Config::source`].
 pub fn load_str(src: &str, source_name: &str) -> Result<Config, ConfigErrors> {
     load_str_with_env(src, source_name, &process_env)
+}
+
+/// [`load_file`] that also returns `check`'s warnings ([`load_str_with_warnings`]).
+pub fn load_file_with_warnings(path: &Path) -> Result<(Config, Vec<ConfigError>), ConfigErrors> {
+    let name = path.display().to_string();
+    let src = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: name.clone(),
+        line: 0,
+        column: 0,
+        path: String::new(),
+        message: format!("cannot read the config file: {e}"),
+    })?;
+    load_str_with_warnings(&src, &name, &process_env)
+}
+
+/// Loads and validates config text like [`load_str_with_env`], and also returns the warnings of
+/// `sidetrack check` (seed 000's pitfalls: settings that load but likely do not do what their
+/// author meant), each located like an error.
+pub fn load_str_with_warnings(
+    src: &str,
+    source_name: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Config, Vec<ConfigError>), ConfigErrors> {
+    let located = located::parse(src, source_name)?;
+    let raw: raw::RawConfig = located::deserialize(&located, source_name)?;
+    let ctx = validate::Ctx::new(source_name, &located.positions, env);
+    let config = validate::validate(raw, ctx, source_name)?;
+    let warnings = lint::warnings(&config, &located.positions, source_name);
+    Ok((config, warnings))
 }
 
 /// [`load_str`] with an injected lookup for `env:NAME` secrets, so tests need not touch the

@@ -127,9 +127,15 @@ fn init_tracing(level: &str) {
 
 #[allow(clippy::print_stdout, clippy::print_stderr)]
 fn check(file: &std::path::Path) -> ExitCode {
-    match sidetrack_config::load_file(file) {
-        Ok(_) => {
-            println!("{}: ok", file.display());
+    match sidetrack_config::load_file_with_warnings(file) {
+        Ok((_, warnings)) => {
+            for w in &warnings {
+                println!("{w}");
+            }
+            match warnings.len() {
+                0 => println!("{}: ok", file.display()),
+                n => println!("{}: ok, {n} warning(s)", file.display()),
+            }
             ExitCode::SUCCESS
         }
         Err(errors) => {

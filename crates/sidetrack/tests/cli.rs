@@ -193,3 +193,38 @@ fn demo_narrates_fallbacks_and_exits_cleanly_on_ctrl_c() {
     let exit = child.wait().unwrap();
     assert_eq!(exit.code(), Some(0), "demo exits cleanly on Ctrl-C");
 }
+
+#[test]
+fn check_prints_warnings_located_and_exits_0_on_warnings_only() {
+    let path = write(
+        "warn.yaml",
+        r#"targets:
+  - { name: a, provider: openai, baseUrl: "http://127.0.0.1:9/v1", models: ["gpt-*"] }
+rules:
+  - name: r
+    priority: 1
+    matchModels: ["x"]
+    routeToTarget:
+      staticRoute: { target: a, model: gpt-4o }
+      fallback:
+        triggerOn: { errors: [FIRST_BYTE_TIMEOUT] }
+        targetFallback:
+          - { target: a, model: gtp-4o-mini }
+"#,
+    );
+    let out = Command::new(BIN).arg("check").arg(&path).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let file = path.display().to_string();
+    let warnings: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains(": warning: "))
+        .collect();
+    assert_eq!(warnings.len(), 4, "{stdout}");
+    assert!(
+        warnings.iter().all(|w| w.starts_with(&format!("{file}:"))),
+        "{stdout}"
+    );
+    assert!(stdout.contains("gtp-4o-mini"), "{stdout}");
+    assert!(stdout.trim_end().ends_with("ok, 4 warning(s)"), "{stdout}");
+}

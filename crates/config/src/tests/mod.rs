@@ -551,3 +551,71 @@ fn config_errors_display_one_per_line() {
     assert_eq!(e.to_string(), "f:1:2: a.b: x\nf:3:4: y");
     let _: &dyn std::error::Error = &e;
 }
+
+/// `check`'s warnings (seed 000's pitfalls), located like errors; a config with none has none.
+#[test]
+fn check_warns_about_seed_000_pitfalls_where_they_are_written() {
+    let src = r#"targets:
+  - { name: oa, provider: openai, baseUrl: "http://127.0.0.1:1/v1", models: ["gpt-*"] }
+  - { name: cl, provider: anthropic, baseUrl: "http://127.0.0.1:1", apiKey: k, models: ["claude-*"] }
+rules:
+  - name: r
+    priority: 1
+    matchModels: ["x"]
+    routeToTarget:
+      staticRoute: { target: oa, model: gtp-4o }
+      fallback:
+        triggerOn: { statusCodes: ["429"], errors: [FIRST_BYTE_TIMEOUT] }
+        targetFallback:
+          - { target: cl, model: claude-sonnet-4-5 }
+  - name: no-429
+    priority: 2
+    matchModels: ["y"]
+    routeToTarget:
+      staticRoute: { target: oa, model: gpt-4o }
+      fallback:
+        targetFallback:
+          - { target: cl, model: claude-haiku-4-5 }
+  - name: fine
+    priority: 3
+    matchModels: ["z"]
+    routeToTarget:
+      staticRoute: { target: oa, model: gpt-4o }
+      fallback:
+        triggerOn: { statusCodes: ["429", "5XX"], errors: [FIRST_BYTE_TIMEOUT] }
+        firstByteTimeoutMilliseconds: 5000
+        targetFallback:
+          - { target: cl, model: claude-haiku-4-5 }
+"#;
+    let (_, warnings) = load_str_with_warnings(src, "w.yaml", &env).unwrap();
+    let shown: Vec<String> = warnings.iter().map(ToString::to_string).collect();
+    let expect = [
+        (
+            "w.yaml:9:41: rules[0].routeToTarget.staticRoute.model: warning:",
+            "does not list model `gtp-4o`",
+        ),
+        (
+            "w.yaml:11:20: rules[0].routeToTarget.fallback.triggerOn: warning:",
+            "does not list 5XX",
+        ),
+        (
+            "w.yaml:11:52: rules[0].routeToTarget.fallback.triggerOn.errors: warning:",
+            "FIRST_BYTE_TIMEOUT",
+        ),
+        (
+            "w.yaml:18:7: rules[1].routeToTarget: warning:",
+            "moves on for 429",
+        ),
+    ];
+    assert_eq!(shown.len(), expect.len(), "{shown:#?}");
+    for (got, (start, says)) in shown.iter().zip(expect) {
+        assert!(got.starts_with(start) && got.contains(says), "{got}");
+    }
+    // The spec's own example: every pitfall avoided (its routes list 429 and 5XX, set timeouts).
+    let (_, none) = load_str_with_warnings(SPEC_EXAMPLE, "s.yaml", &env).unwrap();
+    let none: Vec<String> = none.iter().map(ToString::to_string).collect();
+    assert!(
+        none.iter().all(|w| !w.contains("FIRST_BYTE_TIMEOUT")),
+        "{none:#?}"
+    );
+}
