@@ -37,15 +37,24 @@ pub fn load_file_with_env(
     path: &Path,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigErrors> {
-    let name = path.display().to_string();
-    let src = std::fs::read_to_string(path).map_err(|e| ConfigError {
-        file: name.clone(),
-        line: 0,
-        column: 0,
-        path: String::new(),
-        message: format!("cannot read the config file: {e}"),
-    })?;
+    let (name, src) = read_source(path)?;
     load_str_with_env(&src, &name, env)
+}
+
+/// A config file's name (for messages) and text; one error without a position when it cannot be
+/// read.
+fn read_source(path: &Path) -> Result<(String, String), ConfigError> {
+    let name = path.display().to_string();
+    match std::fs::read_to_string(path) {
+        Ok(src) => Ok((name, src)),
+        Err(e) => Err(ConfigError {
+            file: name,
+            line: 0,
+            column: 0,
+            path: String::new(),
+            message: format!("cannot read the config file: {e}"),
+        }),
+    }
 }
 
 /// Loads and validates config text; `source_name` is used in messages and [`Config::source`].
@@ -55,14 +64,7 @@ pub fn load_str(src: &str, source_name: &str) -> Result<Config, ConfigErrors> {
 
 /// [`load_file`] that also returns `check`'s warnings ([`load_str_with_warnings`]).
 pub fn load_file_with_warnings(path: &Path) -> Result<(Config, Vec<ConfigError>), ConfigErrors> {
-    let name = path.display().to_string();
-    let src = std::fs::read_to_string(path).map_err(|e| ConfigError {
-        file: name.clone(),
-        line: 0,
-        column: 0,
-        path: String::new(),
-        message: format!("cannot read the config file: {e}"),
-    })?;
+    let (name, src) = read_source(path)?;
     load_str_with_warnings(&src, &name, &process_env)
 }
 
@@ -74,11 +76,8 @@ pub fn load_str_with_warnings(
     source_name: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(Config, Vec<ConfigError>), ConfigErrors> {
-    let located = located::parse(src, source_name)?;
-    let raw: raw::RawConfig = located::deserialize(&located, source_name)?;
-    let ctx = validate::Ctx::new(source_name, &located.positions, env);
-    let config = validate::validate(raw, ctx, source_name)?;
-    let warnings = lint::warnings(&config, &located.positions, source_name);
+    let (config, positions) = load_located(src, source_name, env)?;
+    let warnings = lint::warnings(&config, &positions, source_name);
     Ok((config, warnings))
 }
 
@@ -89,10 +88,21 @@ pub fn load_str_with_env(
     source_name: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigErrors> {
+    load_located(src, source_name, env).map(|(config, _)| config)
+}
+
+/// Parses, deserializes and validates config text; the validated config and where each field
+/// path was written.
+fn load_located(
+    src: &str,
+    source_name: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Config, located::Positions), ConfigErrors> {
     let located = located::parse(src, source_name)?;
     let raw: raw::RawConfig = located::deserialize(&located, source_name)?;
     let ctx = validate::Ctx::new(source_name, &located.positions, env);
-    validate::validate(raw, ctx, source_name)
+    let config = validate::validate(raw, ctx, source_name)?;
+    Ok((config, located.positions))
 }
 
 /// Deserializes YAML (or JSON) into any `T` with located errors: syntax errors, unknown keys

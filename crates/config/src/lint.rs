@@ -52,14 +52,10 @@ struct Lint<'a> {
 
 impl Lint<'_> {
     fn warn(&mut self, path: &str, message: String) {
-        let pos = self.positions.value(path);
-        self.out.push(ConfigError {
-            file: self.file.to_owned(),
-            line: pos.line,
-            column: pos.column,
-            path: path.to_owned(),
-            message: format!("warning: {message}"),
-        });
+        let problem = self
+            .positions
+            .problem(self.file, path, format!("warning: {message}"));
+        self.out.push(problem);
     }
 
     /// A static route (or a weighted leg) at `at`: its primary under `staticRoute` + `fallback`,

@@ -33,6 +33,19 @@ pub(crate) struct Positions {
 }
 
 impl Positions {
+    /// A problem (error or warning) of `file` at the value written at `path` (or its nearest
+    /// written ancestor).
+    pub fn problem(&self, file: &str, path: &str, message: String) -> ConfigError {
+        let pos = self.value(path);
+        ConfigError {
+            file: file.to_owned(),
+            line: pos.line,
+            column: pos.column,
+            path: path.to_owned(),
+            message,
+        }
+    }
+
     /// The position of the value at `path`, or of its nearest written ancestor (a defaulted or
     /// missing field points at the mapping that should have held it).
     pub fn value(&self, path: &str) -> Pos {

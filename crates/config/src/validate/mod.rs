@@ -38,14 +38,8 @@ impl<'a> Ctx<'a> {
 
     /// Records a problem at the value written at `path` (or its nearest written ancestor).
     fn err(&mut self, path: &str, message: impl Into<String>) {
-        let pos = self.positions.value(path);
-        self.errors.push(ConfigError {
-            file: self.file.to_string(),
-            line: pos.line,
-            column: pos.column,
-            path: path.to_string(),
-            message: message.into(),
-        });
+        let problem = self.positions.problem(self.file, path, message.into());
+        self.errors.push(problem);
     }
 
     /// An integer that must lie in `lo..=hi`; `None` (after recording an error) otherwise.
