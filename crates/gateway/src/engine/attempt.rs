@@ -203,18 +203,21 @@ async fn read_rest(
 /// (untranslatable, over a bound, undecodable): the upstream's status and body are replaced.
 fn bad_gateway(mut parts: Parts, caller: Dialect, message: &str) -> Upstream {
     let r = caller.render_upstream_error(502, "api_error", message);
+    let body = rendered(&mut parts, r);
+    Upstream::Buffered { parts, body }
+}
+
+/// Puts an error the gateway rendered in place of the upstream's answer: its status, a JSON body
+/// with the dialect's own error headers (Bedrock's `x-amzn-ErrorType`); returns the body.
+fn rendered(parts: &mut Parts, r: sidetrack_dialects::RenderedError) -> Bytes {
     parts.status = http::StatusCode::from_u16(r.status).unwrap_or(http::StatusCode::BAD_GATEWAY);
-    set_json(&mut parts);
-    // The dialect's own error headers (Bedrock's `x-amzn-ErrorType`).
+    set_json(parts);
     for (k, v) in r.headers {
         if let Ok(v) = http::HeaderValue::from_str(&v) {
             parts.headers.insert(k, v);
         }
     }
-    Upstream::Buffered {
-        parts,
-        body: r.body,
-    }
+    r.body
 }
 
 /// The body is now one the gateway wrote: JSON, without the upstream body's encoding or length.
@@ -244,15 +247,9 @@ fn translate_error(
     let (error_type, message) = upstream.parse_error(status, header_type.as_deref(), body);
     let message = crate::server::boundary::cap_message(&message);
     let r = caller.render_upstream_error(status, &error_type, &message);
-    parts.status = http::StatusCode::from_u16(r.status).unwrap_or(parts.status);
     parts.headers.remove("x-amzn-errortype");
-    set_json(&mut parts);
-    for (k, v) in r.headers {
-        if let Ok(v) = http::HeaderValue::from_str(&v) {
-            parts.headers.insert(k, v);
-        }
-    }
-    (parts, r.body)
+    let body = rendered(&mut parts, r);
+    (parts, body)
 }
 
 /// Runs one attempt up to its commit decision.
@@ -460,30 +457,14 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
             // the stream's end, or an error event (the attempt failed). A stream that breaks a bound
             // or its framing, or says nothing decidable in MAX_HELD_BYTES, fails as a 502 (§14).
             let seen = pipe.state();
-            let failure = match seen.protocol_failure {
-                Some(why) => Some((
-                    why,
-                    "an upstream stream event exceeds its bound or does not decode",
-                )),
-                None if seen.error.is_none()
-                    && !(seen.seen_content || seen.seen_done)
-                    && spec.stream_commit == StreamCommit::FirstToken
-                    && read_len > MAX_HELD_BYTES =>
-                {
-                    Some((
-                        "undecidedPreamble",
-                        "the upstream stream said nothing decidable in its first 64 KiB",
-                    ))
-                }
-                None => None,
-            };
-            if let Some((why, what)) = failure {
+            let protocol_failure = |why: &str, what: &str, parts: Parts| {
                 let message = format!("sidetrack: {what}");
-                return done(
-                    Outcome::Status(502),
-                    Some(why.into()),
-                    bad_gateway(parts, spec.caller, &message),
-                );
+                let response = bad_gateway(parts, spec.caller, &message);
+                done(Outcome::Status(502), Some(why.into()), response)
+            };
+            if let Some(why) = seen.protocol_failure {
+                let what = "an upstream stream event exceeds its bound or does not decode";
+                return protocol_failure(why, what, parts);
             }
             let decided = if spec.stream_commit == StreamCommit::FirstByte {
                 Some((Outcome::from_status(status), None))
@@ -506,6 +487,10 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
                     deadline: timer,
                 };
                 return done(outcome, detail, response);
+            }
+            if read_len > MAX_HELD_BYTES {
+                let what = "the upstream stream said nothing decidable in its first 64 KiB";
+                return protocol_failure("undecidedPreamble", what, parts);
             }
             match next_data(&mut body, &mut timer).await {
                 Read::Data(d) => {
