@@ -49,14 +49,9 @@ pub struct Pipe {
     /// pushed into it (a copy) when it is next read, after the first bytes went out.
     unread: SmallVec<[Bytes; 2]>,
     /// With a usage chunk to keep from the caller: the bytes of an event not yet whole.
-    strip: Option<Strip>,
+    strip: Option<BytesMut>,
     /// The caller's bytes so far end inside an event (an error tail must first end it).
     caller_mid_event: bool,
-}
-
-#[derive(Default)]
-struct Strip {
-    carry: BytesMut,
 }
 
 /// Does `chunk` end with a blank line (the end of an SSE event)?
@@ -128,7 +123,7 @@ impl Pipe {
             state: StreamState::default(),
             at_event_start: true,
             unread: SmallVec::new(),
-            strip: strip_usage.then(Strip::default),
+            strip: strip_usage.then(BytesMut::new),
             caller_mid_event: false,
         }
     }
@@ -202,25 +197,25 @@ impl Pipe {
     /// an unfinished event kept for the next chunk (the caller could not read half an event
     /// sooner anyway). Only the new bytes are scanned each time.
     pub fn outgoing(&mut self, chunk: Bytes) -> Bytes {
-        let Some(strip) = self.strip.as_mut() else {
+        let Some(carry) = self.strip.as_mut() else {
             self.caller_mid_event = !ends_an_event(&chunk);
             return chunk;
         };
-        if strip.carry.is_empty() && ends_an_event(&chunk) && !has_empty_list(&chunk) {
+        if carry.is_empty() && ends_an_event(&chunk) && !has_empty_list(&chunk) {
             self.caller_mid_event = false;
             return chunk;
         }
-        let from = strip.carry.len().saturating_sub(3);
-        strip.carry.extend_from_slice(&chunk);
-        let Some(end) = event_ends(&strip.carry, from).last() else {
-            if strip.carry.len() > MAX_CARRY {
+        let from = carry.len().saturating_sub(3);
+        carry.extend_from_slice(&chunk);
+        let Some(end) = event_ends(&carry, from).last() else {
+            if carry.len() > MAX_CARRY {
                 // An event that never ends: passed on as it is (the stream's own bound applies).
                 self.caller_mid_event = true;
-                return strip.carry.split().freeze();
+                return carry.split().freeze();
             }
             return Bytes::new();
         };
-        let whole = strip.carry.split_to(end);
+        let whole = carry.split_to(end);
         let mut out = BytesMut::with_capacity(whole.len());
         let mut start = 0;
         for end in event_ends(&whole, 0) {
@@ -244,8 +239,8 @@ impl Pipe {
     pub fn take_carry(&mut self) -> Option<Bytes> {
         self.strip
             .as_mut()
-            .filter(|s| !s.carry.is_empty())
-            .map(|s| s.carry.split().freeze())
+            .filter(|c| !c.is_empty())
+            .map(|c| c.split().freeze())
     }
 
     /// Reads whatever [`Pipe::feed_until_decided`] left in the decoder.
@@ -332,7 +327,7 @@ impl Pipe {
             }
             _ => {
                 let tail = self.caller.render_stream_error(message);
-                if cut_mid_event && self.caller.stream_content_type() == "text/event-stream" {
+                if cut_mid_event && self.caller.is_sse() {
                     let mut out = BytesMut::with_capacity(tail.len() + 2);
                     out.extend_from_slice(b"\n\n");
                     out.extend_from_slice(&tail);
