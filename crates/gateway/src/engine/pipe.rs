@@ -207,7 +207,7 @@ impl Pipe {
         }
         let from = carry.len().saturating_sub(3);
         carry.extend_from_slice(&chunk);
-        let Some(end) = event_ends(&carry, from).last() else {
+        let Some(end) = event_ends(carry, from).last() else {
             if carry.len() > MAX_CARRY {
                 // An event that never ends: passed on as it is (the stream's own bound applies).
                 self.caller_mid_event = true;
