@@ -29,6 +29,14 @@ fn big() -> Behaviour {
     }
 }
 
+/// The chunks of an OpenAI chat stream with `choices: []`: the usage chunk.
+fn usage_chunks(body: &str) -> Vec<serde_json::Value> {
+    data_events(body)
+        .into_iter()
+        .filter(|e| e["choices"].as_array().unwrap().is_empty())
+        .collect()
+}
+
 fn data_events(body: &str) -> Vec<serde_json::Value> {
     body.split("\n\n")
         .filter_map(|e| e.strip_prefix("data: "))
@@ -95,11 +103,7 @@ async fn a_caller_that_asks_for_usage_gets_the_chunk_unchanged() {
                          "messages": [{"role": "user", "content": "hi"}]});
         let r = env.post("/v1/chat/completions", req, &auth).await;
         assert_eq!(r.status, 200);
-        let events = data_events(&r.body);
-        let usage_chunks: Vec<_> = events
-            .iter()
-            .filter(|e| e["choices"].as_array().unwrap().is_empty())
-            .collect();
+        let usage_chunks = usage_chunks(&r.body);
         if asked {
             assert_eq!(usage_chunks.len(), 1, "{}", r.body);
             assert_eq!(usage_chunks[0]["usage"]["prompt_tokens"], 300);
@@ -150,11 +154,7 @@ async fn a_translated_chat_stream_has_the_usage_chunk_only_when_the_caller_asked
         assert_eq!(r.status, 200, "{}", r.body);
         assert!(r.body.ends_with("data: [DONE]\n\n"), "{}", r.body);
         assert_eq!(common::streamed_text(&r.body), "hello from claude-big");
-        let events = data_events(&r.body);
-        let usage_chunks: Vec<_> = events
-            .iter()
-            .filter(|e| e["choices"].as_array().unwrap().is_empty())
-            .collect();
+        let usage_chunks = usage_chunks(&r.body);
         if asked {
             assert_eq!(usage_chunks.len(), 1, "{}", r.body);
             assert_eq!(usage_chunks[0]["usage"]["prompt_tokens"], 300);

@@ -17,7 +17,7 @@ use tokio::net::TcpStream;
 
 mod common;
 
-use common::{free_addr, rss_kb, BIN};
+use common::{free_addr, rss_kb, temp_dir, BIN};
 const FD_LIMIT: usize = 256;
 
 /// The gateway process, its stderr collected; killed when dropped.
@@ -74,8 +74,7 @@ async fn twice_the_fd_limit_in_idle_sockets_is_closed_by_the_timeouts_and_the_ga
 {
     let mock = MockServer::start(MockConfig::default()).await.unwrap();
     let (data, admin) = (free_addr(), free_addr());
-    let dir = std::env::temp_dir().join(format!("sidetrack-hostile-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = temp_dir("hostile-caller");
     let config = dir.join("sidetrack.yaml");
     std::fs::write(
         &config,

@@ -18,7 +18,7 @@ use sidetrack_mock::{Behaviour, Hostile, MockConfig, MockServer};
 
 mod common;
 
-use common::{free_addr, rss_kb, BIN};
+use common::{free_addr, rss_kb, temp_dir, BIN};
 /// The stated bound: the gateway's RSS with these upstreams and the default bounds.
 const RSS_LIMIT_KB: u64 = 300 * 1024;
 
@@ -89,8 +89,7 @@ async fn endless_lines_and_events_keep_the_gateway_small_and_serving() {
     .await
     .unwrap();
     let (data, admin) = (free_addr(), free_addr());
-    let dir = std::env::temp_dir().join(format!("sidetrack-hostile-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = temp_dir("hostile-upstream");
     let config = dir.join("gateway.yaml");
     // Default bounds; the routing log on (to a file), as shipped.
     std::fs::write(

@@ -21,19 +21,12 @@ use sidetrack_mock::{Behaviour, MockConfig, MockServer};
 
 mod common;
 
-use common::{free_addr, BIN};
+use common::{free_addr, temp_dir, BIN};
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 fn client() -> HttpClient {
     Client::builder(TokioExecutor::new()).build_http()
-}
-
-fn temp_dir(test: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("sidetrack-lifecycle-{}-{test}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// Replaces `path` in one step (write a sibling, rename over), as editors and ConfigMaps do, so
@@ -256,7 +249,7 @@ async fn twenty_reloads_under_load_fail_no_request_and_an_invalid_config_is_refu
         data: free_addr(),
         admin: free_addr(),
     };
-    let dir = temp_dir("reload-load");
+    let dir = temp_dir("lifecycle-reload-load");
     let path = dir.join("sidetrack.yaml");
     let mock_url = mock.base_url();
     let config_for = |model: &str| gateway_yaml(&ports, &mock_url, model, true, "", "");
@@ -385,7 +378,7 @@ async fn sighup_with_an_invalid_config_keeps_the_old_one_serving() {
         data: free_addr(),
         admin: free_addr(),
     };
-    let dir = temp_dir("sighup-invalid");
+    let dir = temp_dir("lifecycle-sighup-invalid");
     let path = dir.join("sidetrack.yaml");
     let mock_url = mock.base_url();
     write_atomically(
@@ -450,7 +443,7 @@ async fn reload_keeps_breaker_state_for_destinations_that_still_exist() {
         data: free_addr(),
         admin: free_addr(),
     };
-    let dir = temp_dir("breaker-reload");
+    let dir = temp_dir("lifecycle-breaker-reload");
     let path = dir.join("sidetrack.yaml");
     let mock_url = mock.base_url();
     let breaker =
@@ -515,7 +508,7 @@ async fn sigterm_drains_fifty_open_streams_and_refuses_new_connections() {
         data: free_addr(),
         admin: free_addr(),
     };
-    let dir = temp_dir("sigterm-drain");
+    let dir = temp_dir("lifecycle-sigterm-drain");
     let path = dir.join("sidetrack.yaml");
     write_atomically(
         &path,
@@ -649,7 +642,7 @@ async fn sigint_without_drain_delay_closes_the_listener_at_once_and_drains() {
         data: free_addr(),
         admin: free_addr(),
     };
-    let path = temp_dir("sigint-drain").join("sidetrack.yaml");
+    let path = temp_dir("lifecycle-sigint-drain").join("sidetrack.yaml");
     write_atomically(
         &path,
         &gateway_yaml(&ports, &mock.base_url(), "slow", false, "", ""),
