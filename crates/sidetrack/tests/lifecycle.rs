@@ -510,9 +510,16 @@ async fn sigterm_drains_fifty_open_streams_and_refuses_new_connections() {
     };
     let dir = temp_dir("lifecycle-sigterm-drain");
     let path = dir.join("sidetrack.yaml");
+    // The routing log as shipped (on), to a file: every drained stream's record must be in it
+    // when the process has exited.
+    let routing = dir.join("routing.jsonl");
+    let _ = std::fs::remove_file(&routing);
     write_atomically(
         &path,
-        &gateway_yaml(&ports, &mock.base_url(), "slow", false, "", ""),
+        &gateway_yaml(&ports, &mock.base_url(), "slow", false, "", "").replace(
+            r#"routing: "off""#,
+            &format!("routing: \"{}\"", routing.display()),
+        ),
     );
     // A drain delay short enough that the streams are still open when the listener closes.
     let mut gw = Gateway::start(path, ports, &["--drain-delay-milliseconds", "300"]);
@@ -618,6 +625,18 @@ async fn sigterm_drains_fifty_open_streams_and_refuses_new_connections() {
     gw.wait_until("the drained line", Duration::from_secs(5), || {
         gw.log_count("drained") > 0
     });
+    let records = std::fs::read_to_string(&routing).unwrap();
+    let served = records
+        .lines()
+        .filter(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["outcome"] == "SERVED" && v["streamed"] == true
+        })
+        .count();
+    assert_eq!(
+        served, 50,
+        "one routing record per drained stream:\n{records}"
+    );
     eprintln!(
         "refused {} ms after SIGTERM with {still_open} streams still open; all 50 completed; exit 0",
         refused_at.as_millis()

@@ -61,9 +61,10 @@ pub mod names {
     pub const TOKENS_TOTAL: &str = "sidetrack_tokens_total";
     pub const MID_STREAM_ERRORS_TOTAL: &str = "sidetrack_mid_stream_errors_total";
     pub const STATE_BACKEND_UP: &str = "sidetrack_state_backend_up";
+    pub const ROUTING_LOG_DROPPED_TOTAL: &str = "sidetrack_routing_log_dropped_total";
 
     /// Every name above, in registration order.
-    pub const ALL: [&str; 13] = [
+    pub const ALL: [&str; 14] = [
         REQUESTS_TOTAL,
         ATTEMPTS_TOTAL,
         FALLBACKS_TOTAL,
@@ -77,6 +78,7 @@ pub mod names {
         TOKENS_TOTAL,
         MID_STREAM_ERRORS_TOTAL,
         STATE_BACKEND_UP,
+        ROUTING_LOG_DROPPED_TOTAL,
     ];
 }
 
@@ -385,6 +387,8 @@ pub struct Metrics {
     /// 1 while the shared state store (Redis) answers within its budget, 0 while serving on local
     /// state (SPEC §10). Set to 1 at start when a store is configured.
     state_backend_up: Gauge,
+    /// Routing records the writer could not keep up with (a handle on the routing log's counter).
+    routing_log_dropped: Counter,
     /// The tracer (SPEC §7.3) rides along: every phase that records metrics already holds this
     /// struct, so spans reach the walk and the finish phase without another parameter.
     traces: crate::observe::Traces,
@@ -404,6 +408,11 @@ impl Metrics {
         prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
     pub fn new() -> Metrics {
+        Metrics::for_log(&crate::observe::RoutingLog::off())
+    }
+
+    /// The metrics of a gateway writing to `log` (whose dropped records they count).
+    pub fn for_log(log: &crate::observe::RoutingLog) -> Metrics {
         let m = Metrics {
             registry: Registry::with_prefix("sidetrack"),
             requests: Family::default(),
@@ -420,6 +429,7 @@ impl Metrics {
             tokens: Family::default(),
             mid_stream_errors: Family::default(),
             state_backend_up: Gauge::default(),
+            routing_log_dropped: log.dropped(),
             traces: crate::observe::Traces::off(),
             labels: RwLock::default(),
         };
@@ -480,6 +490,11 @@ impl Metrics {
             "state_backend_up",
             "1 while the shared state store (state.redis) answers within its budget; 0 while serving on local state",
             self.state_backend_up.clone(),
+        );
+        r.register(
+            "routing_log_dropped",
+            "Routing records dropped because the routing log writer was 16,384 records behind",
+            self.routing_log_dropped.clone(),
         );
         r.register(
             "request_duration_seconds",

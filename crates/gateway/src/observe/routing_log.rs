@@ -3,12 +3,13 @@
 
 use std::borrow::Cow;
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
+use prometheus_client::metrics::counter::Counter;
 use serde::Serialize;
 use sidetrack_config::RoutingSink;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -138,7 +139,7 @@ fn rfc3339_millis<S: serde::Serializer>(
     s.collect_str(&humantime::format_rfc3339_millis(*t))
 }
 
-/// Where routing records go. Cloning is cheap; sending never blocks the request.
+/// Where routing records go. Cloning is cheap; recording never blocks the request.
 #[derive(Clone)]
 pub struct RoutingLog {
     inner: Arc<Inner>,
@@ -146,9 +147,10 @@ pub struct RoutingLog {
 
 enum Inner {
     Off,
-    Channel {
-        tx: mpsc::Sender<RoutingRecord>,
-        dropped: AtomicU64,
+    Writer {
+        queue: Arc<Queue>,
+        /// Taken (and joined) by [`RoutingLog::close`].
+        thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     },
     Memory {
         records: Mutex<Vec<RoutingRecord>>,
@@ -156,15 +158,92 @@ enum Inner {
     },
 }
 
+/// Records waiting for the writer thread. A request pushes its record under a short lock and wakes
+/// the writer only when the queue goes from empty to one record or fills a batch; the writer then
+/// gathers for up to [`GATHER`] before it serialises and writes the lot with one flush. Under load
+/// that is one wake-up per batch, not per record; idle, the writer sleeps without timers. The
+/// queue and the batch swap their buffers, so a steady state allocates nothing for queueing.
+struct Queue {
+    pending: Mutex<Pending>,
+    wake: Condvar,
+    /// `sidetrack_routing_log_dropped_total`: records refused because the writer was
+    /// [`QUEUE_CAPACITY`] behind (or the log was closed).
+    dropped: Counter,
+}
+
+struct Pending {
+    records: Vec<RoutingRecord>,
+    closed: bool,
+}
+
+/// Records the writer takes in one go; reaching it wakes the writer at once.
+const BATCH: usize = 256;
+/// How long the writer waits for a batch to fill after the first record arrives.
+const GATHER: Duration = Duration::from_millis(20);
+/// Records held at most while the writer is behind (a blocked stdout, a slow disk); past it they
+/// are dropped and counted rather than stalling requests or growing without bound.
+const QUEUE_CAPACITY: usize = 16 * 1024;
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn push(&self, rec: RoutingRecord) {
+        let mut p = self.lock();
+        if p.closed || p.records.len() >= QUEUE_CAPACITY {
+            drop(p);
+            let n = self.dropped.inc() + 1;
+            if n.is_power_of_two() {
+                tracing::warn!(
+                    dropped = n,
+                    "routing log writer is behind; records dropped (sidetrack_routing_log_dropped_total)"
+                );
+            }
+            return;
+        }
+        p.records.push(rec);
+        let wake = p.records.len() == 1 || p.records.len() == BATCH;
+        drop(p);
+        if wake {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Waits for records, gathers a batch, and swaps it into `batch` (which must be empty).
+    /// Returns false once the log is closed: `batch` then holds the last records.
+    fn next_batch(&self, batch: &mut Vec<RoutingRecord>) -> bool {
+        let mut p = self.lock();
+        while p.records.is_empty() && !p.closed {
+            p = self.wake.wait(p).unwrap_or_else(|e| e.into_inner());
+        }
+        let deadline = Instant::now() + GATHER;
+        while p.records.len() < BATCH && !p.closed {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            p = self
+                .wake
+                .wait_timeout(p, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        std::mem::swap(&mut p.records, batch);
+        !p.closed
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+        self.wake.notify_one();
+    }
+}
+
 impl RoutingLog {
     /// Starts the writer thread for `sink`.
     pub fn start(sink: &RoutingSink) -> std::io::Result<RoutingLog> {
         let writer: Box<dyn Write + Send> = match sink {
-            RoutingSink::Off => {
-                return Ok(RoutingLog {
-                    inner: Arc::new(Inner::Off),
-                })
-            }
+            RoutingSink::Off => return Ok(RoutingLog::off()),
             RoutingSink::Stdout => Box::new(std::io::stdout()),
             RoutingSink::Stderr => Box::new(std::io::stderr()),
             RoutingSink::File(path) => Box::new(
@@ -174,15 +253,31 @@ impl RoutingLog {
                     .open(path)?,
             ),
         };
-        let (tx, rx) = mpsc::channel(16 * 1024);
-        // A plain thread: writes to stdout or a file may block, and must never stall a runtime worker.
-        std::thread::Builder::new()
+        RoutingLog::writing_to(writer)
+    }
+
+    /// A log whose writer thread writes JSON lines to `writer`.
+    fn writing_to(writer: Box<dyn Write + Send>) -> std::io::Result<RoutingLog> {
+        let queue = Arc::new(Queue {
+            pending: Mutex::new(Pending {
+                records: Vec::with_capacity(BATCH),
+                closed: false,
+            }),
+            wake: Condvar::new(),
+            dropped: Counter::default(),
+        });
+        // A plain thread: writes to stdout or a file may block, and must never stall a runtime
+        // worker. Serialising happens there too, off the request path.
+        let thread = std::thread::Builder::new()
             .name("routing-log".into())
-            .spawn(move || write_lines(rx, writer))?;
+            .spawn({
+                let queue = queue.clone();
+                move || write_lines(&queue, writer)
+            })?;
         Ok(RoutingLog {
-            inner: Arc::new(Inner::Channel {
-                tx,
-                dropped: AtomicU64::new(0),
+            inner: Arc::new(Inner::Writer {
+                queue,
+                thread: Mutex::new(Some(thread)),
             }),
         })
     }
@@ -206,23 +301,34 @@ impl RoutingLog {
     pub fn record(&self, rec: RoutingRecord) {
         match &*self.inner {
             Inner::Off => {}
-            Inner::Channel { tx, dropped } => {
-                if tx.try_send(rec).is_err() {
-                    // The writer is behind by 16k lines: drop rather than stall requests.
-                    let n = dropped.fetch_add(1, Ordering::Relaxed);
-                    if n.is_power_of_two() {
-                        tracing::warn!(
-                            dropped = n + 1,
-                            "routing log writer is behind; records dropped"
-                        );
-                    }
-                }
-            }
+            Inner::Writer { queue, .. } => queue.push(rec),
             Inner::Memory { records, notify } => {
                 if let Ok(mut r) = records.lock() {
                     r.push(rec);
                 }
                 notify.notify_waiters();
+            }
+        }
+    }
+
+    /// The count of records dropped because the writer was behind, for `/metrics` (a handle on
+    /// the same counter; zero for the memory and off sinks, which never drop).
+    pub fn dropped(&self) -> Counter {
+        match &*self.inner {
+            Inner::Writer { queue, .. } => queue.dropped.clone(),
+            _ => Counter::default(),
+        }
+    }
+
+    /// Writes every record queued so far and stops the writer (at shutdown, after the last
+    /// request has finished). Records that arrive later are dropped and counted. Blocks until
+    /// the writer is done; it holds at most [`QUEUE_CAPACITY`] records.
+    pub fn close(&self) {
+        if let Inner::Writer { queue, thread } = &*self.inner {
+            queue.close();
+            let handle = thread.lock().ok().and_then(|mut t| t.take());
+            if let Some(handle) = handle {
+                let _ = handle.join();
             }
         }
     }
@@ -254,19 +360,21 @@ impl RoutingLog {
     }
 }
 
-fn write_lines(mut rx: mpsc::Receiver<RoutingRecord>, out: Box<dyn Write + Send>) {
-    let mut out = std::io::BufWriter::new(out);
-    while let Some(rec) = rx.blocking_recv() {
-        let mut write_one = |rec: &RoutingRecord| {
-            if serde_json::to_writer(&mut out, rec).is_ok() {
+/// The writer thread: one serialisation pass and one flush per batch.
+fn write_lines(queue: &Queue, out: Box<dyn Write + Send>) {
+    let mut out = std::io::BufWriter::with_capacity(64 * 1024, out);
+    let mut batch = Vec::with_capacity(BATCH);
+    loop {
+        let open = queue.next_batch(&mut batch);
+        for rec in batch.drain(..) {
+            if serde_json::to_writer(&mut out, &rec).is_ok() {
                 let _ = out.write_all(b"\n");
             }
-        };
-        write_one(&rec);
-        while let Ok(more) = rx.try_recv() {
-            write_one(&more);
         }
         let _ = out.flush();
+        if !open {
+            return;
+        }
     }
 }
 
@@ -322,6 +430,122 @@ mod tests {
             (25.0..39.0).contains(&mean),
             "about half of 64 bits differ: {mean}"
         );
+    }
+
+    fn record(i: usize) -> RoutingRecord {
+        RoutingRecord {
+            ts: std::time::UNIX_EPOCH,
+            request_id: RequestId::next(),
+            principal: Arc::from("p"),
+            dialect: "openai",
+            request_path: Cow::Borrowed("/v1/chat/completions"),
+            requested_model: Some(format!("m-{i}")),
+            rule_name: None,
+            match_type: Some("DEFAULT"),
+            outcome: "SERVED",
+            reason: Cow::Borrowed("servedByPrimary"),
+            served_by: None,
+            status: 200,
+            fallback_hop: None,
+            attempts: Vec::new(),
+            skipped: Vec::new(),
+            streamed: false,
+            committed: true,
+            mid_stream_error: false,
+            latency_ms: 1.0,
+            ttft_ms: None,
+            usage: None,
+        }
+    }
+
+    /// A writer whose lines a test can read, and which can be held shut to play a stuck stdout.
+    #[derive(Clone, Default)]
+    struct Sink {
+        bytes: Arc<Mutex<Vec<u8>>>,
+        gate: Arc<std::sync::RwLock<()>>,
+        entered: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.entered
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            let _open = self.gate.read().unwrap();
+            self.bytes.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn models(sink: &Sink) -> Vec<String> {
+        let bytes = sink.bytes.lock().unwrap();
+        std::str::from_utf8(&bytes)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v["requestedModel"].as_str().unwrap().to_owned()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_record_is_written_in_order_by_close() {
+        let sink = Sink::default();
+        let log = RoutingLog::writing_to(Box::new(sink.clone())).unwrap();
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    for i in 0..1000 {
+                        log.record(record(t * 1000 + i));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        log.close();
+        let written = models(&sink);
+        assert_eq!(written.len(), 4000);
+        assert_eq!(log.dropped().get(), 0);
+        // Each thread's records keep their order.
+        for t in 0..4 {
+            let mine: Vec<&String> = written
+                .iter()
+                .filter(|m| (m[2..].parse::<usize>().unwrap() / 1000) == t)
+                .collect();
+            let expected: Vec<String> = (0..1000).map(|i| format!("m-{}", t * 1000 + i)).collect();
+            assert_eq!(mine, expected.iter().collect::<Vec<_>>());
+        }
+        // After close nothing more is accepted, and that is counted.
+        log.record(record(9));
+        assert_eq!(log.dropped().get(), 1);
+    }
+
+    #[test]
+    fn a_stuck_writer_costs_counted_drops_past_the_queue_bound_not_memory() {
+        let sink = Sink::default();
+        let stuck = sink.gate.write().unwrap();
+        let log = RoutingLog::writing_to(Box::new(sink.clone())).unwrap();
+        // The first record's flush blocks the writer on the stuck sink...
+        log.record(record(0));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !sink.entered.load(std::sync::atomic::Ordering::SeqCst) {
+            assert!(Instant::now() < deadline, "the writer never wrote");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // ... so the queue holds QUEUE_CAPACITY records and counts the rest as dropped.
+        for i in 1..=QUEUE_CAPACITY + 100 {
+            log.record(record(i));
+        }
+        assert_eq!(log.dropped().get(), 100);
+        drop(stuck);
+        log.close();
+        assert_eq!(models(&sink).len(), 1 + QUEUE_CAPACITY);
     }
 
     #[test]

@@ -77,7 +77,8 @@ impl GatewayHandle {
     }
 
     /// Stops accepting, lets in-flight requests finish (bounded by `grace`), exports the spans
-    /// still queued (up to 5 s more when tracing is on), then returns.
+    /// still queued (up to 5 s more when tracing is on), writes the routing records still queued,
+    /// then returns.
     pub async fn shutdown(mut self, grace: Duration) -> std::io::Result<()> {
         self.shared.ready.store(false, Ordering::Relaxed);
         let _ = self.shutdown.send(true);
@@ -94,6 +95,9 @@ impl GatewayHandle {
         if let Err(e) = self.shared.metrics.traces().close().await {
             tracing::warn!("exporting the last spans at shutdown: {e}");
         }
+        // Every request has finished (or been cut): write the routing records still queued.
+        let log = self.shared.log.clone();
+        let _ = tokio::task::spawn_blocking(move || log.close()).await;
         result
     }
 }
@@ -144,7 +148,7 @@ pub async fn start(
     let admin_addr = admin_listener.local_addr()?;
     let traces = Traces::from_config(config.logging.otlp_endpoint.as_deref())
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let metrics = Arc::new(Metrics::new().with_traces(traces));
+    let metrics = Arc::new(Metrics::for_log(&log).with_traces(traces));
     let health = Health::new(options.clock, metrics.clone(), &config);
     let limiter = Arc::new(crate::limits::RateLimiter::new(health.store()));
     let shared = Arc::new(Shared {
