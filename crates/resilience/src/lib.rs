@@ -9,6 +9,7 @@ mod condition;
 mod outcome;
 mod retry_after;
 mod triggers;
+pub mod walk;
 
 pub use breaker::{
     Admission, Breaker, BreakerConfig, BreakerState, Probe, SharedBreaker, SharedKind, Transition,

@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use sidetrack_config::{BreakerMode, StreamCommit};
 use sidetrack_dialects::ParsedRequest;
+use sidetrack_resilience::walk::{self, Admitted, Ineligible, Skip, Standing, Step};
 use sidetrack_resilience::{
-    parse_retry_after, BreakerState, ConditionInput, ErrorKind, Outcome, UnhealthyCondition,
+    parse_retry_after, ConditionInput, ErrorKind, Outcome, UnhealthyCondition,
 };
 use smallvec::SmallVec;
 use tokio::time::Instant;
@@ -70,57 +71,41 @@ struct Chosen<'p, 'a> {
     dest: &'p Dest<'a>,
     health: Arc<DestHealth>,
     probe: Option<ProbeGuard>,
-    /// The breaker state the attempt ran under (routing log `breaker`).
-    breaker: &'static str,
+    /// How it was admitted (the routing log's `breaker`).
+    admitted: Admitted,
 }
 
-/// Why a destination was not attempted.
-#[derive(Clone, PartialEq, Eq)]
-enum Skip {
-    Disabled,
-    BreakerOpen,
-    /// It cannot carry this request (SPEC §5.7): `tools`, `jsonSchema`, `contextWindow`, or a
-    /// translation it cannot take. Never a breaker failure.
-    Ineligible(String),
-}
-
-impl Skip {
-    fn label(&self) -> String {
-        match self {
-            Skip::Disabled => "DISABLED".into(),
-            Skip::BreakerOpen => "BREAKER_OPEN".into(),
-            Skip::Ineligible(why) => format!("INELIGIBLE:{why}"),
-        }
-    }
-}
+/// A skip on one hop: the member's position, why, and for an untranslatable request, what.
+type SkipNote = (usize, Skip, Option<String>);
 
 /// Phase "eligibility": can this destination carry the request, by its declared `capabilities`?
-fn ineligible(dest: &Dest<'_>, req: &ParsedRequest) -> Option<&'static str> {
+fn ineligible(dest: &Dest<'_>, req: &ParsedRequest) -> Option<Ineligible> {
     let caps = &dest.target.capabilities;
-    if req.features.tools && caps.tools == Some(false) {
-        return Some("tools");
-    }
-    if req.features.json_schema && caps.json_schema == Some(false) {
-        return Some("jsonSchema");
-    }
-    if caps
-        .context_window
-        .is_some_and(|w| req.features.estimated_prompt_tokens > w)
-    {
-        return Some("contextWindow");
-    }
-    None
+    walk::ineligible(
+        walk::Needs {
+            tools: req.features.tools,
+            json_schema: req.features.json_schema,
+            estimated_prompt_tokens: req.features.estimated_prompt_tokens,
+        },
+        walk::Capabilities {
+            tools: caps.tools,
+            json_schema: caps.json_schema,
+            context_window: caps.context_window,
+        },
+    )
 }
 
-/// Phases "breaker" and "pick destination" for one hop. Members that are disabled or whose breaker
-/// is open are left out; among the rest power-of-two-choices picks the better score (SPEC §5.8).
-/// When nothing is left and this is the last hop that could be used, the member whose breaker
-/// closes soonest is tried anyway (the last remaining hop is never skipped by a breaker).
+/// Phases "breaker" and "pick destination" for one hop, by the rules in
+/// [`sidetrack_resilience::walk`]: each member's standing, power of two choices among the
+/// candidates, and — when nothing is admissible and this is the last hop that could be used — the
+/// member whose breaker reopens soonest. Admission itself (taking a half-open probe slot) happens
+/// here, against the shared breaker: a member that lost its probe slot to another request since
+/// its standing was read is treated as open.
 fn choose<'p, 'a>(
     hop: &'p Hop<'a>,
     input: &WalkInput<'_, '_>,
     last_remaining: bool,
-    skipped: &mut Vec<(usize, Skip)>,
+    skipped: &mut Vec<SkipNote>,
 ) -> Option<Chosen<'p, 'a>> {
     let health: SmallVec<[Arc<DestHealth>; 2]> = hop
         .destinations
@@ -129,47 +114,36 @@ fn choose<'p, 'a>(
         .collect();
     let respect_breakers = input.plan.breaker_mode == BreakerMode::Enabled;
     let mut candidates: SmallVec<[usize; 4]> = SmallVec::new();
-    let mut open: Vec<usize> = Vec::new();
+    let mut open: SmallVec<[usize; 4]> = SmallVec::new();
     for (i, h) in health.iter().enumerate() {
-        if h.is_disabled() {
-            skipped.push((i, Skip::Disabled));
-        } else if let Some(why) = ineligible(&hop.destinations[i], input.request) {
-            skipped.push((i, Skip::Ineligible(why.into())));
-        } else if respect_breakers && !input.health.can_admit(h) {
-            open.push(i);
-        } else {
-            candidates.push(i);
+        let member = walk::Member {
+            disabled: h.is_disabled(),
+            ineligible: ineligible(&hop.destinations[i], input.request),
+            admissible: !respect_breakers || input.health.can_admit(h),
+        };
+        match walk::standing(member, respect_breakers) {
+            Standing::Candidate => candidates.push(i),
+            Standing::Open => open.push(i),
+            Standing::Skipped(why) => skipped.push((i, why, None)),
         }
     }
+    let chosen = |i: usize, probe: Option<ProbeGuard>, admitted: Admitted| Chosen {
+        dest: &hop.destinations[i],
+        health: health[i].clone(),
+        probe,
+        admitted,
+    };
     while !candidates.is_empty() {
-        let pos = p2c(&candidates, &health, input.picker);
+        let scores: SmallVec<[f64; 4]> = candidates.iter().map(|&i| health[i].score()).collect();
+        let pos = walk::pick(&scores, |n| input.picker.below(n)).unwrap_or(0);
         let i = candidates[pos];
         if !respect_breakers {
             let state = input.health.state(&health[i]);
-            return Some(Chosen {
-                dest: &hop.destinations[i],
-                health: health[i].clone(),
-                probe: None,
-                breaker: state.as_str(),
-            });
+            return Some(chosen(i, None, Admitted::Unguarded(state)));
         }
         match input.health.admit(&health[i]) {
-            Admit::Allowed => {
-                return Some(Chosen {
-                    dest: &hop.destinations[i],
-                    health: health[i].clone(),
-                    probe: None,
-                    breaker: "CLOSED",
-                })
-            }
-            Admit::Probe(p) => {
-                return Some(Chosen {
-                    dest: &hop.destinations[i],
-                    health: health[i].clone(),
-                    probe: Some(p),
-                    breaker: "HALF_OPEN",
-                })
-            }
+            Admit::Allowed => return Some(chosen(i, None, Admitted::Closed)),
+            Admit::Probe(p) => return Some(chosen(i, Some(p), Admitted::Probe)),
             // Another request took the probe slot meanwhile.
             Admit::Skip => {
                 candidates.remove(pos);
@@ -177,33 +151,16 @@ fn choose<'p, 'a>(
             }
         }
     }
-    if last_remaining && !open.is_empty() {
-        let members: Vec<Arc<DestHealth>> = open.iter().map(|&i| health[i].clone()).collect();
-        if let Some(h) = input.health.soonest_to_close(&members) {
-            let i = open[members.iter().position(|m| Arc::ptr_eq(m, h)).unwrap_or(0)];
-            let state = input.health.state(&health[i]);
-            // Forced attempts outside the probe slot: counted, but they do not move a half-open breaker.
-            let breaker = if matches!(state, BreakerState::Closed) {
-                "CLOSED"
-            } else {
-                state.as_str()
-            };
-            open.retain(|&o| o != i);
-            for o in open {
-                skipped.push((o, Skip::BreakerOpen));
-            }
-            return Some(Chosen {
-                dest: &hop.destinations[i],
-                health: health[i].clone(),
-                probe: None,
-                breaker,
-            });
-        }
-    }
+    let reopening: SmallVec<[_; 4]> = open.iter().map(|&i| health[i].open_until()).collect();
+    let forced = walk::forced(last_remaining, &reopening).map(|pos| open.remove(pos));
     for o in open {
-        skipped.push((o, Skip::BreakerOpen));
+        skipped.push((o, Skip::BreakerOpen, None));
     }
-    None
+    // Forced attempts outside the probe slot: counted, but they do not move a half-open breaker.
+    forced.map(|i| {
+        let state = input.health.state(&health[i]);
+        chosen(i, None, Admitted::Forced(state))
+    })
 }
 
 fn record_skip(
@@ -211,46 +168,29 @@ fn record_skip(
     input: &WalkInput<'_, '_>,
     hop: &Hop<'_>,
     d: &Dest<'_>,
-    why: &Skip,
+    note: (Skip, Option<String>),
 ) {
-    let label = why.label();
+    let (why, detail) = note;
     let health = input.health.get(&d.target.name, &d.model);
     health.note_skip();
-    input.metrics.skip(&d.target.name, &d.model, &label);
+    input.metrics.skip(&d.target.name, &d.model, why);
     out.skipped.push(SkipRecord {
         hop: hop.index,
         target: health.target.clone(),
         model: health.model.clone(),
-        why: label,
+        why,
+        detail,
     });
-}
-
-/// Power of two choices: two distinct random candidates, the better score wins.
-fn p2c(candidates: &[usize], health: &[Arc<DestHealth>], picker: &Picker) -> usize {
-    match candidates.len() {
-        1 => 0,
-        n => {
-            let a = picker.below(n);
-            let b = (a + 1 + picker.below(n - 1)) % n;
-            if health[candidates[b]].score() > health[candidates[a]].score() {
-                b
-            } else {
-                a
-            }
-        }
-    }
 }
 
 /// Is there a later hop with at least one member that is neither switched off nor ineligible?
 fn later_hop_usable(hops: &[Hop<'_>], health: &Health, req: &ParsedRequest) -> bool {
-    hops.iter().any(|h| {
-        h.destinations.iter().any(|d| {
-            ineligible(d, req).is_none()
-                && !health
-                    .find(&d.target.name, &d.model)
-                    .is_some_and(|x| x.is_disabled())
-        })
-    })
+    !walk::last_remaining(hops.iter().flat_map(|h| &h.destinations).map(|d| {
+        ineligible(d, req).is_none()
+            && !health
+                .find(&d.target.name, &d.model)
+                .is_some_and(|x| x.is_disabled())
+    }))
 }
 
 /// The chain walk. A plain fn returning an `async` block, like [`attempt::run`] (one copy of
@@ -274,14 +214,14 @@ pub fn walk<'a, 'p>(input: WalkInput<'a, 'p>) -> impl Future<Output = WalkOutput
             let last_remaining = !later_hop_usable(&hops[pos + 1..], input.health, input.request);
             let mut skips = Vec::new();
             let chosen = choose(hop, &input, last_remaining, &mut skips);
-            for (i, why) in skips {
-                record_skip(&mut out, &input, hop, &hop.destinations[i], &why);
+            for (i, why, detail) in skips {
+                record_skip(&mut out, &input, hop, &hop.destinations[i], (why, detail));
             }
             let Some(Chosen {
                 dest,
                 health,
                 probe,
-                breaker,
+                admitted,
             }) = chosen
             else {
                 continue;
@@ -292,15 +232,16 @@ pub fn walk<'a, 'p>(input: WalkInput<'a, 'p>) -> impl Future<Output = WalkOutput
             let in_flight = health.in_flight();
             let attempt = match attempt_one(dest, hop, &input).await {
                 Ok(a) => a,
-                Err(why) => {
+                Err(untranslatable) => {
                     drop(probe); // releases a probe slot it may hold: no verdict
-                    record_skip(&mut out, &input, hop, dest, &why);
+                    let why = Skip::Ineligible(Ineligible::Translation);
+                    record_skip(&mut out, &input, hop, dest, (why, Some(untranslatable)));
                     continue;
                 }
             };
             drop(in_flight);
 
-            let fired = hop.policy.triggers.fires(&attempt.outcome);
+            let (fired, step) = walk::step(attempt.outcome, &hop.policy.triggers, is_last);
             let condition = input.health.condition(&dest.target.name);
             let verdict = verdict(&attempt, fired, condition.as_deref());
             input
@@ -321,7 +262,7 @@ pub fn walk<'a, 'p>(input: WalkInput<'a, 'p>) -> impl Future<Output = WalkOutput
                 detail: attempt.detail,
                 duration_ms: ms(attempt.duration),
                 first_byte_ms: attempt.first_byte.map(ms),
-                breaker,
+                breaker: walk::attempt_breaker_label(admitted),
             });
             if let (Some(start), Some(rec)) = (span_start, out.attempts.last()) {
                 // The attempt span ends here: the attempt is classified and recorded.
@@ -344,7 +285,7 @@ pub fn walk<'a, 'p>(input: WalkInput<'a, 'p>) -> impl Future<Output = WalkOutput
                 upstream,
                 health,
             });
-            if !fired || is_last {
+            if step == Step::Return {
                 break;
             }
         }
@@ -352,41 +293,28 @@ pub fn walk<'a, 'p>(input: WalkInput<'a, 'p>) -> impl Future<Output = WalkOutput
     }
 }
 
-/// Phase "record health": what the classified outcome means for the destination (SPEC §5.5).
-/// Counted: outcomes that matched the hop's triggers — or, when the target's breaker policy sets
-/// `unhealthyCondition`, outcomes the expression calls unhealthy — never UNROUTABLE. A counted
-/// 429/503 passes on the delay the upstream asked for.
+/// Phase "record health": what the classified outcome means for the destination (SPEC §5.5), by
+/// [`walk::verdict`]. The `unhealthyCondition` and a counted 429/503's Retry-After are read here,
+/// from the answer's headers, and handed to the rule.
 fn verdict(
     attempt: &attempt::Attempt,
     fired: bool,
     condition: Option<&UnhealthyCondition>,
 ) -> Verdict {
-    if matches!(attempt.outcome, Outcome::Error(ErrorKind::Unroutable)) {
-        return Verdict::Neutral;
-    }
     let headers = attempt.response.as_ref().map(|r| &r.parts().headers);
-    let counted = match condition.map(|c| c.evaluate(&condition_input(attempt, headers))) {
-        Some(Ok(unhealthy)) => unhealthy,
-        Some(Err(e)) => {
+    let condition = condition.map(|c| {
+        c.evaluate(&condition_input(attempt, headers)).map_err(|e| {
             tracing::warn!("unhealthyCondition: {e}; using the hop's triggers instead");
-            fired
-        }
-        None => fired,
+        })
+    });
+    let retry_after = match attempt.outcome {
+        Outcome::Status(429 | 503) => headers.and_then(|h| {
+            let lookup = |name: &str| h.get(name).and_then(|v| v.to_str().ok());
+            parse_retry_after(&lookup, std::time::SystemTime::now())
+        }),
+        _ => None,
     };
-    match attempt.outcome {
-        _ if counted => {
-            let retry_after = match attempt.outcome {
-                Outcome::Status(429 | 503) => headers.and_then(|h| {
-                    let lookup = |name: &str| h.get(name).and_then(|v| v.to_str().ok());
-                    parse_retry_after(&lookup, std::time::SystemTime::now())
-                }),
-                _ => None,
-            };
-            Verdict::Failure(retry_after)
-        }
-        Outcome::Success(_) => Verdict::Success,
-        _ => Verdict::Neutral,
-    }
+    walk::verdict(attempt.outcome, fired, condition, retry_after)
 }
 
 fn condition_input<'a>(
@@ -413,10 +341,9 @@ async fn attempt_one(
     dest: &Dest<'_>,
     hop: &Hop<'_>,
     input: &WalkInput<'_, '_>,
-) -> Result<attempt::Attempt, Skip> {
+) -> Result<attempt::Attempt, String> {
     let format = providers::format_for(dest.target.provider, input.request.dialect);
-    let mut body = translate::request_body(format, input.request, &dest.model)
-        .map_err(|e| Skip::Ineligible(e.0))?;
+    let mut body = translate::request_body(format, input.request, &dest.model).map_err(|e| e.0)?;
     // Token limits and usage records need the usage of every stream: an OpenAI chat upstream is
     // asked for it, and it is kept from a caller that did not ask (SPEC §14).
     let chat = sidetrack_dialects::Dialect::OpenAiChat;

@@ -77,16 +77,8 @@ pub struct DestHealth {
     last_used: AtomicU64,
 }
 
-/// What an attempt's outcome means for the destination's health.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Verdict {
-    Success,
-    /// A counted failure (matched triggers or `unhealthyCondition`, or a mid-stream failure), with
-    /// the retry delay the upstream asked for, if any.
-    Failure(Option<Duration>),
-    /// Neither: UNROUTABLE, a client error that matched no trigger.
-    Neutral,
-}
+/// What an attempt's outcome means for the destination's health (decided by the walk's rules).
+pub use sidetrack_resilience::walk::Verdict;
 
 /// Whether the walk may attempt a destination now.
 pub enum Admit {
@@ -192,7 +184,8 @@ impl DestHealth {
         (health / 100.0) / ((1.0 + ttfb) * (1.0 + pending))
     }
 
-    fn open_until(&self) -> Option<Instant> {
+    /// When its open breaker lets a probe through (`None` unless open).
+    pub(crate) fn open_until(&self) -> Option<Instant> {
         self.inner.lock().ok().and_then(|i| i.breaker.open_until())
     }
 }
@@ -489,14 +482,6 @@ impl Health {
             .lock()
             .map(|i| i.breaker.state(now))
             .unwrap_or(BreakerState::Closed)
-    }
-
-    /// Among `dests`, the one whose open period ends first (the forced pick for a last hop).
-    pub fn soonest_to_close<'d>(
-        &self,
-        dests: &'d [Arc<DestHealth>],
-    ) -> Option<&'d Arc<DestHealth>> {
-        dests.iter().min_by_key(|d| d.open_until())
     }
 
     /// Records an attempt's verdict (and its time to first byte on success).

@@ -30,6 +30,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use sidetrack_resilience::walk::Skip;
 
 /// Latency buckets in seconds, 1 ms to 120 s: LLM calls range from cached millisecond answers to
 /// minutes-long generations.
@@ -196,7 +197,7 @@ pub fn status_class(status: u16) -> &'static str {
 
 /// Borrow a `'static` copy of `s` when it is one of `known`, so common label values do not allocate;
 /// otherwise own it. Used for labels that are mostly a fixed set with a parameterised tail
-/// (`servedViaFallbackHop:<n>`, `INELIGIBLE:<reason>`).
+/// (`servedViaFallbackHop:<n>`).
 fn interned(s: &str, known: &[&'static str]) -> Cow<'static, str> {
     match known.iter().find(|k| **k == s) {
         Some(k) => Cow::Borrowed(k),
@@ -220,7 +221,6 @@ const REASONS: &[&str] = &[
     "noEligibleDestination",
     "unroutable",
 ];
-const SKIP_WHYS: &[&str] = &["BREAKER_OPEN", "DISABLED"];
 
 fn rule_label(rule: &str) -> Cow<'static, str> {
     if rule.is_empty() {
@@ -634,13 +634,13 @@ impl Metrics {
         self.fallbacks.get_or_create(&labels).inc();
     }
 
-    /// A destination skipped during the walk; `why` is `BREAKER_OPEN`, `DISABLED` or
-    /// `INELIGIBLE:<reason>`.
-    pub fn skip(&self, target: &str, model: &str, why: &str) {
+    /// A destination skipped during the walk, and why (a fixed set: `BREAKER_OPEN`, `DISABLED`,
+    /// `INELIGIBLE:<capability>`).
+    pub fn skip(&self, target: &str, model: &str, why: Skip) {
         let labels = SkipLabels {
             target: target.to_owned(),
             model: self.model_label(target, model, false),
-            why: interned(why, SKIP_WHYS),
+            why: Cow::Borrowed(why.as_str()),
         };
         self.skips.get_or_create(&labels).inc();
     }
@@ -818,6 +818,7 @@ impl Drop for InFlightGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sidetrack_resilience::walk::Ineligible;
 
     /// The value of the sample line whose name-and-labels part is exactly `series`.
     fn sample(text: &str, series: &str) -> Option<String> {
@@ -854,7 +855,7 @@ mod tests {
             Some(Duration::from_millis(1)),
         );
         m.fallback("r", 1);
-        m.skip("a", "m", "DISABLED");
+        m.skip("a", "m", Skip::Disabled);
         m.breaker_state("a", "m", 0);
         m.breaker_transition("a", "m", "OPEN");
         m.mid_stream_error("a", "m");
@@ -1128,9 +1129,9 @@ mod tests {
         m.fallback("chat", 1);
         m.fallback("chat", 1);
         m.fallback("", 2);
-        m.skip("a", "m", "BREAKER_OPEN");
-        m.skip("a", "m", "INELIGIBLE:toolsUnsupported");
-        m.skip("a", "m", "BREAKER_OPEN");
+        m.skip("a", "m", Skip::BreakerOpen);
+        m.skip("a", "m", Skip::Ineligible(Ineligible::Tools));
+        m.skip("a", "m", Skip::BreakerOpen);
         assert_eq!(
             value(&m, r#"sidetrack_fallbacks_total{rule="chat",hop="1"}"#),
             "2"
@@ -1149,7 +1150,7 @@ mod tests {
         assert_eq!(
             value(
                 &m,
-                r#"sidetrack_skips_total{target="a",model="m",why="INELIGIBLE:toolsUnsupported"}"#
+                r#"sidetrack_skips_total{target="a",model="m",why="INELIGIBLE:tools"}"#
             ),
             "1"
         );
@@ -1265,7 +1266,7 @@ mod tests {
             m.destination("t", model, false)
                 .attempt("SUCCESS", ms, None);
         }
-        m.skip("t", "e", "BREAKER_OPEN");
+        m.skip("t", "e", Skip::BreakerOpen);
         m.mid_stream_error("t", "b");
         assert_eq!(
             value(

@@ -41,7 +41,10 @@ pub struct SkipRecord {
     pub hop: usize,
     pub target: Arc<str>,
     pub model: Arc<str>,
-    pub why: String,
+    pub why: sidetrack_resilience::walk::Skip,
+    /// What could not be translated, for `INELIGIBLE:translation`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
