@@ -32,7 +32,9 @@ def converse_usage(client, models: list, messages: list) -> dict:
 def invoke_usage(client, models: list, body: str) -> dict:
     out = {}
     for model in models:
-        done = json.loads(client.invoke_model(modelId=model, body=body)["body"].read())
+        resp = client.invoke_model(modelId=model, body=body)
+        done = json.loads(resp["body"].read())
+        headers = resp["ResponseMetadata"]["HTTPHeaders"]
         starts, deltas, metrics, last = [], [], [], None
         for event in client.invoke_model_with_response_stream(modelId=model, body=body)["body"]:
             inner = json.loads(event["chunk"]["bytes"])
@@ -45,6 +47,9 @@ def invoke_usage(client, models: list, body: str) -> dict:
             last = inner["type"]
         out[model] = {
             "complete": done["usage"],
+            "headers": {k: int(headers[k]) for k in
+                        ("x-amzn-bedrock-input-token-count", "x-amzn-bedrock-output-token-count")
+                        if k in headers},
             "stream": {"message_start": starts, "message_delta": deltas, "invocation_metrics": metrics,
                        "last": last},
         }

@@ -100,7 +100,19 @@ fn reported(caller: Caller, cell: &Value, input_up_front: bool) -> (Reported, Re
             }),
         ),
         Caller::BedrockInvoke => (
-            pair(complete, "input_tokens", "output_tokens"),
+            // InvokeModel also states the counts in headers (boto3: ResponseMetadata.HTTPHeaders).
+            pair(complete, "input_tokens", "output_tokens").and_then(|body| {
+                let h = &cell["headers"];
+                let header = pair(
+                    h,
+                    "x-amzn-bedrock-input-token-count",
+                    "x-amzn-bedrock-output-token-count",
+                );
+                match header {
+                    Ok(header) if header == body => Ok(body),
+                    _ => Err(format!("body usage {body:?}, token-count headers {h}")),
+                }
+            }),
             invoke_stream(stream, input_up_front),
         ),
     }
@@ -298,7 +310,7 @@ async fn every_caller_dialect_reports_the_upstreams_usage_from_every_provider_ki
                 };
                 writeln!(
                     table,
-                    "{:<18} | {mode:<8} | {:<10} | {client:<10} | {:<10} | {}",
+                    "{:<28} | {mode:<8} | {:<10} | {client:<10} | {:<10} | {}",
                     format!("{caller:?}/{kind}"),
                     format!("{want:?}"),
                     record.map_or("none".to_owned(), |r| format!("{r:?}")),
