@@ -72,7 +72,8 @@ fn reported(caller: Caller, cell: &Value, input_up_front: bool) -> (Reported, Re
     let (complete, stream) = (&cell["complete"], &cell["stream"]);
     match caller {
         Caller::OpenAiChat => (
-            pair(complete, "input", "output"),
+            total_agrees(complete, "input", "output", "total")
+                .and_then(|()| pair(complete, "input", "output")),
             one(stream, "usage chunk").and_then(|u| {
                 if u["choices"] != 0 {
                     return Err(format!("usage on a chunk with choices: {u}"));
@@ -82,7 +83,8 @@ fn reported(caller: Caller, cell: &Value, input_up_front: bool) -> (Reported, Re
             }),
         ),
         Caller::OpenAiResponses => (
-            pair(complete, "input", "output"),
+            total_agrees(complete, "input", "output", "total")
+                .and_then(|()| pair(complete, "input", "output")),
             one(stream, "response.completed usage").and_then(|u| {
                 total_agrees(&u, "input", "output", "total")?;
                 pair(&u, "input", "output")
@@ -93,7 +95,8 @@ fn reported(caller: Caller, cell: &Value, input_up_front: bool) -> (Reported, Re
             anthropic_stream(stream, input_up_front),
         ),
         Caller::BedrockConverse => (
-            pair(complete, "inputTokens", "outputTokens"),
+            total_agrees(complete, "inputTokens", "outputTokens", "totalTokens")
+                .and_then(|()| pair(complete, "inputTokens", "outputTokens")),
             one(stream, "metadata usage").and_then(|u| {
                 total_agrees(&u, "inputTokens", "outputTokens", "totalTokens")?;
                 pair(&u, "inputTokens", "outputTokens")
