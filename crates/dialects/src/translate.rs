@@ -121,6 +121,15 @@ impl Dialect {
         }
     }
 
+    /// The headers a non-streamed response in this dialect states its usage in besides the body:
+    /// InvokeModel's token counts; no other dialect has them.
+    pub fn usage_headers(self, usage: Usage) -> Option<[(&'static str, u64); 2]> {
+        match self {
+            Dialect::BedrockInvoke => Some(invoke::usage_headers(usage)),
+            _ => None,
+        }
+    }
+
     pub fn response_usage(self, body: &[u8]) -> Option<Usage> {
         match self {
             Dialect::OpenAiChat => openai_chat::response_usage(body),

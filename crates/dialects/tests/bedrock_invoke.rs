@@ -406,3 +406,27 @@ fn paths_encode_the_model_id() {
     );
     assert_eq!(invoke::path("m", false), "/model/m/invoke");
 }
+
+/// A non-streamed InvokeModel response states its token counts in headers too; only InvokeModel.
+#[test]
+fn invoke_states_usage_in_token_count_headers() {
+    let usage = Usage {
+        input_tokens: 135,
+        output_tokens: 57,
+    };
+    assert_eq!(
+        Dialect::BedrockInvoke.usage_headers(usage),
+        Some([
+            ("x-amzn-bedrock-input-token-count", 135),
+            ("x-amzn-bedrock-output-token-count", 57)
+        ])
+    );
+    for d in [
+        Dialect::OpenAiChat,
+        Dialect::OpenAiResponses,
+        Dialect::AnthropicMessages,
+        Dialect::BedrockConverse,
+    ] {
+        assert_eq!(d.usage_headers(usage), None, "{d:?}");
+    }
+}

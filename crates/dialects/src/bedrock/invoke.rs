@@ -89,6 +89,19 @@ pub fn response_usage(body: &[u8]) -> Option<Usage> {
     anthropic_messages::response_usage(body)
 }
 
+/// InvokeModel states a response's token counts in these headers as well as in its body
+/// (wire-formats.md, InvokeModel); botocore shows them in `ResponseMetadata.HTTPHeaders`.
+pub const INPUT_TOKEN_COUNT_HEADER: &str = "x-amzn-bedrock-input-token-count";
+pub const OUTPUT_TOKEN_COUNT_HEADER: &str = "x-amzn-bedrock-output-token-count";
+
+/// The token-count headers of a non-streamed InvokeModel response with `usage`.
+pub fn usage_headers(usage: Usage) -> [(&'static str, u64); 2] {
+    [
+        (INPUT_TOKEN_COUNT_HEADER, usage.input_tokens),
+        (OUTPUT_TOKEN_COUNT_HEADER, usage.output_tokens),
+    ]
+}
+
 /// A gateway-made error in Bedrock's shape (SPEC §6.3).
 pub fn render_error(kind: GatewayErrorKind, message: &str) -> RenderedError {
     bedrock_errors::render_error(kind, message)

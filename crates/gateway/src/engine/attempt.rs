@@ -390,6 +390,10 @@ pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
                         resp.model = spec.model.to_owned();
                     }
                     set_json(&mut parts);
+                    for (name, n) in spec.caller.usage_headers(resp.usage).into_iter().flatten() {
+                        let name = http::HeaderName::from_static(name);
+                        parts.headers.insert(name, http::HeaderValue::from(n));
+                    }
                     done(
                         Outcome::from_status(status),
                         None,

@@ -285,3 +285,15 @@ impl Env {
         }
     }
 }
+
+/// A self-signed certificate for `localhost`, written to a fresh temp dir named after `tag`:
+/// (cert path, key path). boto3 sends a Bedrock bearer token only over HTTPS.
+pub fn self_signed_cert(tag: &str) -> (String, String) {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let dir = std::env::temp_dir().join(format!("sidetrack-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&c, cert.cert.pem()).unwrap();
+    std::fs::write(&k, cert.signing_key.serialize_pem()).unwrap();
+    (c.display().to_string(), k.display().to_string())
+}
