@@ -85,7 +85,7 @@ rules:
             .entry((
                 a.target.to_string(),
                 a.model.to_string(),
-                a.outcome.to_owned(),
+                a.outcome.label().to_owned(),
             ))
             .or_default() += 1.0;
     }

@@ -243,7 +243,7 @@ async fn a_request_that_falls_back_once_has_one_request_span_and_two_attempt_spa
         assert_eq!(str_attr(a, "sidetrack.target"), "up");
     }
     // The routing log and the trace tell the same story.
-    let outcomes: Vec<&str> = rec.attempts.iter().map(|a| a.outcome).collect();
+    let outcomes: Vec<&str> = rec.attempts.iter().map(|a| a.outcome.label()).collect();
     assert_eq!(outcomes, ["STATUS", "SUCCESS"]);
 }
 

@@ -95,6 +95,19 @@ impl Outcome {
     }
 }
 
+impl serde::Serialize for Outcome {
+    /// As its label: the routing log's `attempts[].outcome`.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.label())
+    }
+}
+
+impl PartialEq<&str> for Outcome {
+    fn eq(&self, other: &&str) -> bool {
+        self.label() == *other
+    }
+}
+
 /// Bit set of [`ErrorKind`]s, used by [`crate::Triggers`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct ErrorSet(u8);

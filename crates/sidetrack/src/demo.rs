@@ -90,9 +90,9 @@ fn describe(rec: &RoutingRecord) -> String {
     let mut lines = Vec::new();
     for a in &rec.attempts {
         let what = match (a.status, a.error_kind) {
-            (Some(s), _) => format!("{} {s}", a.outcome),
+            (Some(s), _) => format!("{} {s}", a.outcome.label()),
             (None, Some(k)) => k.to_owned(),
-            _ => a.outcome.to_owned(),
+            _ => a.outcome.label().to_owned(),
         };
         let why = a
             .detail

@@ -247,16 +247,14 @@ pub fn walk<'a, 'p>(input: WalkInput<'a, 'p>) -> impl Future<Output = WalkOutput
             input
                 .health
                 .record(&health, verdict, probe, attempt.first_byte);
-            health.metrics.attempt(
-                attempt.outcome.label(),
-                attempt.duration,
-                attempt.first_byte,
-            );
+            health
+                .metrics
+                .attempt(attempt.outcome, attempt.duration, attempt.first_byte);
             out.attempts.push(AttemptRecord {
                 hop: hop.index,
                 target: health.target.clone(),
                 model: health.model.clone(),
-                outcome: attempt.outcome.label(),
+                outcome: attempt.outcome,
                 status: attempt.outcome.status(),
                 error_kind: attempt.outcome.error_kind().map(ErrorKind::as_str),
                 detail: attempt.detail,

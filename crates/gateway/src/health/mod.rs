@@ -717,7 +717,7 @@ impl Health {
 
 fn transitioned(d: &DestHealth, t: Transition) {
     tracing::warn!(target: "sidetrack::breaker", destination = %format!("{}/{}", d.target, d.model), "breaker {t}");
-    d.metrics.breaker_transition(t.to.as_str());
+    d.metrics.breaker_transition(t.to);
     d.metrics.breaker_state(i64::from(t.to.gauge()));
     if let Ok(mut i) = d.inner.lock() {
         i.last_transition = Some((t, SystemTime::now()));

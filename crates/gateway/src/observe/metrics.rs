@@ -31,6 +31,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use sidetrack_resilience::walk::Skip;
+use sidetrack_resilience::{BreakerState, ErrorKind, Outcome};
 
 /// Latency buckets in seconds, 1 ms to 120 s: LLM calls range from cached millisecond answers to
 /// minutes-long generations.
@@ -98,7 +99,8 @@ macro_rules! label_value_as_str {
     };
 }
 
-/// `attempts_total{outcome}`: the routing log's attempt outcome (resilience `Outcome::label`).
+/// `attempts_total{outcome}`: the routing log's attempt outcome (resilience `Outcome::label`)
+/// without its status code, so the label set stays fixed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AttemptOutcome {
     Success,
@@ -106,8 +108,6 @@ pub enum AttemptOutcome {
     ConnectionError,
     FirstByteTimeout,
     Unroutable,
-    /// A label this module does not know yet; kept visible rather than dropped.
-    Other,
 }
 
 impl AttemptOutcome {
@@ -118,18 +118,18 @@ impl AttemptOutcome {
             AttemptOutcome::ConnectionError => "CONNECTION_ERROR",
             AttemptOutcome::FirstByteTimeout => "FIRST_BYTE_TIMEOUT",
             AttemptOutcome::Unroutable => "UNROUTABLE",
-            AttemptOutcome::Other => "OTHER",
         }
     }
+}
 
-    pub fn parse(s: &str) -> AttemptOutcome {
-        match s {
-            "SUCCESS" => AttemptOutcome::Success,
-            "STATUS" => AttemptOutcome::Status,
-            "CONNECTION_ERROR" => AttemptOutcome::ConnectionError,
-            "FIRST_BYTE_TIMEOUT" => AttemptOutcome::FirstByteTimeout,
-            "UNROUTABLE" => AttemptOutcome::Unroutable,
-            _ => AttemptOutcome::Other,
+impl From<Outcome> for AttemptOutcome {
+    fn from(o: Outcome) -> AttemptOutcome {
+        match o {
+            Outcome::Success(_) => AttemptOutcome::Success,
+            Outcome::Status(_) => AttemptOutcome::Status,
+            Outcome::Error(ErrorKind::ConnectionError) => AttemptOutcome::ConnectionError,
+            Outcome::Error(ErrorKind::FirstByteTimeout) => AttemptOutcome::FirstByteTimeout,
+            Outcome::Error(ErrorKind::Unroutable) => AttemptOutcome::Unroutable,
         }
     }
 }
@@ -141,8 +141,6 @@ pub enum BreakerTo {
     Closed,
     HalfOpen,
     Open,
-    /// A label this module does not know yet; kept visible rather than dropped.
-    Other,
 }
 
 impl BreakerTo {
@@ -151,16 +149,16 @@ impl BreakerTo {
             BreakerTo::Closed => "CLOSED",
             BreakerTo::HalfOpen => "HALF_OPEN",
             BreakerTo::Open => "OPEN",
-            BreakerTo::Other => "OTHER",
         }
     }
+}
 
-    pub fn parse(s: &str) -> BreakerTo {
+impl From<BreakerState> for BreakerTo {
+    fn from(s: BreakerState) -> BreakerTo {
         match s {
-            "CLOSED" => BreakerTo::Closed,
-            "HALF_OPEN" => BreakerTo::HalfOpen,
-            "OPEN" => BreakerTo::Open,
-            _ => BreakerTo::Other,
+            BreakerState::Closed => BreakerTo::Closed,
+            BreakerState::HalfOpen { .. } => BreakerTo::HalfOpen,
+            BreakerState::Open { .. } => BreakerTo::Open,
         }
     }
 }
@@ -584,13 +582,12 @@ impl Metrics {
         }
     }
 
-    /// One upstream attempt. `outcome` is the routing log's attempt outcome; `first_byte` is set when
-    /// a response-body byte arrived.
+    /// One upstream attempt; `first_byte` is set when a response-body byte arrived.
     pub fn attempt(
         &self,
         target: &str,
         model: &str,
-        outcome: &str,
+        outcome: Outcome,
         duration: Duration,
         first_byte: Option<Duration>,
     ) {
@@ -657,13 +654,13 @@ impl Metrics {
         }
     }
 
-    /// A breaker changed state; `to` is `CLOSED`, `HALF_OPEN` or `OPEN`. Does not touch the gauge:
-    /// call [`Metrics::breaker_state`] too (the engine knows the numeric state).
-    pub fn breaker_transition(&self, target: &str, model: &str, to: &str) {
+    /// A breaker changed state to `to`. Does not touch the gauge: call
+    /// [`Metrics::breaker_state`] too (the engine knows the numeric state).
+    pub fn breaker_transition(&self, target: &str, model: &str, to: BreakerState) {
         let labels = TransitionLabels {
             target: target.to_owned(),
             model: self.model_label(target, model, false),
-            to: BreakerTo::parse(to),
+            to: to.into(),
         };
         self.breaker_transitions.get_or_create(&labels).inc();
     }
@@ -724,7 +721,7 @@ pub struct DestMetrics {
     time_to_first_byte: OnceLock<Histogram>,
     attempts_family: Family<AttemptLabels, Counter>,
     tokens_family: Family<TokenLabels, Counter>,
-    attempts: [OnceLock<Counter>; 6],
+    attempts: [OnceLock<Counter>; 5],
     tokens: [OnceLock<Counter>; 2],
 }
 
@@ -742,18 +739,18 @@ impl DestMetrics {
     }
 
     /// Same as [`Metrics::breaker_transition`] for this destination.
-    pub fn breaker_transition(&self, to: &str) {
+    pub fn breaker_transition(&self, to: BreakerState) {
         let labels = TransitionLabels {
             target: self.labels.target.clone(),
             model: self.labels.model.clone(),
-            to: BreakerTo::parse(to),
+            to: to.into(),
         };
         self.transitions_family.get_or_create(&labels).inc();
     }
 
     /// Same as [`Metrics::attempt`] for this destination.
-    pub fn attempt(&self, outcome: &str, duration: Duration, first_byte: Option<Duration>) {
-        let outcome = AttemptOutcome::parse(outcome);
+    pub fn attempt(&self, outcome: Outcome, duration: Duration, first_byte: Option<Duration>) {
+        let outcome = AttemptOutcome::from(outcome);
         self.attempts[outcome as usize]
             .get_or_init(|| {
                 let labels = AttemptLabels {
@@ -818,6 +815,19 @@ impl Drop for InFlightGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn open() -> BreakerState {
+        BreakerState::Open {
+            until: std::time::Instant::now(),
+        }
+    }
+
+    fn half_open() -> BreakerState {
+        BreakerState::HalfOpen {
+            successes: 0,
+            probe_in_flight: false,
+        }
+    }
     use sidetrack_resilience::walk::Ineligible;
 
     /// The value of the sample line whose name-and-labels part is exactly `series`.
@@ -850,14 +860,14 @@ mod tests {
         m.attempt(
             "a",
             "m",
-            "SUCCESS",
+            Outcome::Success(200),
             Duration::from_millis(5),
             Some(Duration::from_millis(1)),
         );
         m.fallback("r", 1);
         m.skip("a", "m", Skip::Disabled);
         m.breaker_state("a", "m", 0);
-        m.breaker_transition("a", "m", "OPEN");
+        m.breaker_transition("a", "m", open());
         m.mid_stream_error("a", "m");
         m.tokens("a", "m", 1, 1);
         let text = m.render();
@@ -1040,19 +1050,31 @@ mod tests {
         m.attempt(
             "a",
             "m",
-            "SUCCESS",
+            Outcome::Success(200),
             Duration::from_millis(300),
             Some(Duration::from_millis(40)),
         );
-        m.attempt("a", "m", "FIRST_BYTE_TIMEOUT", Duration::from_secs(2), None);
+        m.attempt(
+            "a",
+            "m",
+            Outcome::Error(ErrorKind::FirstByteTimeout),
+            Duration::from_secs(2),
+            None,
+        );
         m.attempt(
             "b",
             "m2",
-            "CONNECTION_ERROR",
+            Outcome::Error(ErrorKind::ConnectionError),
             Duration::from_millis(3),
             None,
         );
-        m.attempt("b", "m2", "something-new", Duration::from_millis(3), None);
+        m.attempt(
+            "b",
+            "m2",
+            Outcome::Status(503),
+            Duration::from_millis(3),
+            None,
+        );
         assert_eq!(
             value(
                 &m,
@@ -1077,7 +1099,7 @@ mod tests {
         assert_eq!(
             value(
                 &m,
-                r#"sidetrack_attempts_total{target="b",model="m2",outcome="OTHER"}"#
+                r#"sidetrack_attempts_total{target="b",model="m2",outcome="STATUS"}"#
             ),
             "1"
         );
@@ -1160,16 +1182,16 @@ mod tests {
     fn breaker_gauge_and_transitions() {
         let m = Metrics::new();
         m.breaker_state("a", "m", 2);
-        m.breaker_transition("a", "m", "OPEN");
+        m.breaker_transition("a", "m", open());
         assert_eq!(
             value(&m, r#"sidetrack_breaker_state{target="a",model="m"}"#),
             "2"
         );
         m.breaker_state("a", "m", 1);
-        m.breaker_transition("a", "m", "HALF_OPEN");
+        m.breaker_transition("a", "m", half_open());
         m.breaker_state("a", "m", 0);
-        m.breaker_transition("a", "m", "CLOSED");
-        m.breaker_transition("a", "m", "OPEN");
+        m.breaker_transition("a", "m", BreakerState::Closed);
+        m.breaker_transition("a", "m", open());
         assert_eq!(
             value(&m, r#"sidetrack_breaker_state{target="a",model="m"}"#),
             "0"
@@ -1259,12 +1281,15 @@ mod tests {
         let ms = Duration::from_millis(1);
         // Declared destinations do not count against the bound.
         for i in 0..5 {
-            m.destination("t", &format!("declared-{i}"), true)
-                .attempt("SUCCESS", ms, None);
+            m.destination("t", &format!("declared-{i}"), true).attempt(
+                Outcome::Success(200),
+                ms,
+                None,
+            );
         }
         for model in ["a", "b", "c", "d", "a"] {
             m.destination("t", model, false)
-                .attempt("SUCCESS", ms, None);
+                .attempt(Outcome::Success(200), ms, None);
         }
         m.skip("t", "e", Skip::BreakerOpen);
         m.mid_stream_error("t", "b");

@@ -24,7 +24,7 @@ pub struct AttemptRecord {
     pub hop: usize,
     pub target: Arc<str>,
     pub model: Arc<str>,
-    pub outcome: &'static str,
+    pub outcome: sidetrack_resilience::Outcome,
     pub status: Option<u16>,
     pub error_kind: Option<&'static str>,
     /// The knob or event behind a failure, e.g. `firstByteTimeoutMilliseconds`, `streamErrorEvent`.

@@ -194,7 +194,7 @@ impl Traces {
     /// attempt has just been classified).
     pub fn attempt(&self, start: SystemTime, request_id: &str, target: &Target, a: &AttemptRecord) {
         let Some(inner) = &self.inner else { return };
-        let success = a.outcome == "SUCCESS";
+        let success = a.outcome.is_success();
         let provider = provider_name(target.provider);
         let mut attrs = Vec::with_capacity(16);
         attrs.push(KeyValue::new(keys::GEN_AI_OPERATION_NAME, OPERATION));
@@ -226,13 +226,13 @@ impl Traces {
         let error = (!success).then(|| match (a.error_kind, a.status) {
             (Some(kind), _) => kind.to_owned(),
             (None, Some(status)) => status.to_string(),
-            (None, None) => a.outcome.to_owned(),
+            (None, None) => a.outcome.label().to_owned(),
         });
         if let Some(e) = &error {
             attrs.push(KeyValue::new(keys::ERROR_TYPE, e.clone()));
         }
         attrs.push(KeyValue::new(keys::HOP, a.hop as i64));
-        attrs.push(KeyValue::new(keys::OUTCOME, a.outcome));
+        attrs.push(KeyValue::new(keys::OUTCOME, a.outcome.label()));
         attrs.push(KeyValue::new(keys::BREAKER, a.breaker));
         attrs.push(KeyValue::new(keys::TARGET, a.target.clone()));
         if let Some(d) = &a.detail {
