@@ -50,8 +50,20 @@ rules:
 
 /// What the serving hop of each provider kind answers: (kind, served-by, reply, input, output).
 const UPSTREAMS: [(&str, &str, &str, u64, u64); 3] = [
-    ("openai", "oai/gpt-up", "Sunny in Paris, says OpenAI.", 21, 13),
-    ("anthropic", "claude/claude-up", "Sunny in Paris, says Claude.", 31, 17),
+    (
+        "openai",
+        "oai/gpt-up",
+        "Sunny in Paris, says OpenAI.",
+        21,
+        13,
+    ),
+    (
+        "anthropic",
+        "claude/claude-up",
+        "Sunny in Paris, says Claude.",
+        31,
+        17,
+    ),
     (
         "bedrock",
         "aws/us.anthropic.claude-up-v1:0",
@@ -84,11 +96,11 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Runs `tests/clients/<script>` with the gateway's URL; returns its one JSON document.
-async fn run_client(program: PathBuf, script: &str, base: &str) -> Value {
+/// Runs `tests/clients/<script>` with `args`; returns its one JSON document.
+async fn run_client(program: PathBuf, script: &str, args: &[&str]) -> Value {
     let out = tokio::process::Command::new(&program)
         .arg(repo().join("tests/clients").join(script))
-        .arg(base)
+        .args(args)
         .output()
         .await
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
@@ -104,7 +116,8 @@ async fn run_client(program: PathBuf, script: &str, base: &str) -> Value {
         "{script} failed: {}\nstdout: {stdout}\nstderr: {stderr}",
         out.status
     );
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("bad {script} output {stdout}: {e}"))
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("bad {script} output {stdout}: {e}"))
 }
 
 /// The node binary (`SIDETRACK_NODE`, default `node` on PATH), after checking the clients are
@@ -134,7 +147,10 @@ struct Expect {
 async fn assert_rows(env: &Env, out: &Value, cases: usize, expect: &Expect) {
     let rows = out["cases"].as_array().unwrap();
     assert_eq!(rows.len(), cases, "{out:#}");
-    let records = env.log.wait_for(cases, std::time::Duration::from_secs(10)).await;
+    let records = env
+        .log
+        .wait_for(cases, std::time::Duration::from_secs(10))
+        .await;
     let mut failures = Vec::new();
     for row in rows {
         let name = row["case"].as_str().unwrap();
@@ -169,8 +185,7 @@ fn check_row(
     let kind = row["kind"].as_str().unwrap();
     let mode = row["case"].as_str().unwrap().split('/').nth(1).unwrap();
     let model = row["model"].as_str().unwrap();
-    let (_, served_by, reply, input, output) =
-        UPSTREAMS.into_iter().find(|u| u.0 == kind).unwrap();
+    let (_, served_by, reply, input, output) = UPSTREAMS.into_iter().find(|u| u.0 == kind).unwrap();
     let tool = expect.tool_modes.contains(&mode);
     if tool {
         same("finish", &row["finish"], json!(expect.finish.1))?;
@@ -214,7 +229,10 @@ fn check_row(
             rec.fallback_hop
         ));
     }
-    let usage = rec.usage.as_ref().map(|u| (u.input_tokens, u.output_tokens));
+    let usage = rec
+        .usage
+        .as_ref()
+        .map(|u| (u.input_tokens, u.output_tokens));
     if usage != Some((input, output)) {
         return Err(format!(
             "routing record usage {usage:?}, want {:?}",
@@ -228,7 +246,7 @@ fn check_row(
 async fn node_openai_sdk_chat_and_responses_through_a_fallback_to_every_provider_kind() {
     let node = node();
     let env = start(CONFIG, mock()).await;
-    let out = run_client(node, "openai.mjs", &env.gw.base_url()).await;
+    let out = run_client(node, "openai.mjs", &[&env.gw.base_url()]).await;
     let expect = Expect {
         finish: ("stop", "tool_calls"),
         tool_modes: &["tool", "stream_tool"],
@@ -254,11 +272,37 @@ async fn node_openai_sdk_chat_and_responses_through_a_fallback_to_every_provider
 async fn node_anthropic_sdk_messages_through_a_fallback_to_every_provider_kind() {
     let node = node();
     let env = start(CONFIG, mock()).await;
-    let out = run_client(node, "anthropic.mjs", &env.gw.base_url()).await;
+    let out = run_client(node, "anthropic.mjs", &[&env.gw.base_url()]).await;
     let expect = Expect {
         finish: ("end_turn", "tool_use"),
         tool_modes: &["tool", "stream_tool"],
         header_modes: &["complete", "stream", "tool", "stream_tool"],
+    };
+    assert_rows(&env, &out, 12, &expect).await;
+}
+
+#[tokio::test]
+async fn langchain_chat_openai_through_a_fallback_to_every_provider_kind() {
+    let env = start(CONFIG, mock()).await;
+    let base = env.gw.base_url();
+    let out = run_client(common::python(), "langchain_chat.py", &["openai", &base]).await;
+    let expect = Expect {
+        finish: ("stop", "tool_calls"),
+        tool_modes: &["tool", "stream_tool"],
+        header_modes: &["complete", "stream", "tool", "stream_tool"],
+    };
+    assert_rows(&env, &out, 12, &expect).await;
+}
+
+#[tokio::test]
+async fn langchain_chat_anthropic_through_a_fallback_to_every_provider_kind() {
+    let env = start(CONFIG, mock()).await;
+    let base = env.gw.base_url();
+    let out = run_client(common::python(), "langchain_chat.py", &["anthropic", &base]).await;
+    let expect = Expect {
+        finish: ("end_turn", "tool_use"),
+        tool_modes: &["tool", "stream_tool"],
+        header_modes: &[],
     };
     assert_rows(&env, &out, 12, &expect).await;
 }
