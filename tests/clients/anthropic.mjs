@@ -12,7 +12,7 @@ const tools = [
   {
     name: "get_weather",
     description: "The weather in a city",
-    input_schema: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+    input_schema: { type: "object", properties: { city: { type: "string" }, unit: { type: "string" } }, required: ["city"] },
   },
 ];
 

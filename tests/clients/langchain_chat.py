@@ -16,7 +16,7 @@ WEATHER = {
     "description": "The weather in a city",
     "parameters": {
         "type": "object",
-        "properties": {"city": {"type": "string"}},
+        "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
         "required": ["city"],
     },
 }
@@ -47,11 +47,6 @@ def model_for(library, base, model):
     )
 
 
-def text_of(message):
-    text = message.text
-    return text() if callable(text) else text
-
-
 def row(library, message):
     meta = message.response_metadata
     finish = meta.get("finish_reason") if library == "openai" else meta.get("stop_reason")
@@ -59,7 +54,7 @@ def row(library, message):
     usage = message.usage_metadata or {}
     headers = meta.get("headers") or {}
     return {
-        "text": text_of(message),
+        "text": str(message.text),
         "finish": finish,
         "tool": {"name": calls[0]["name"], "args": calls[0]["args"]} if calls else None,
         "usage": {"input": usage.get("input_tokens"), "output": usage.get("output_tokens")},

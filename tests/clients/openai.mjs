@@ -11,7 +11,7 @@ const messages = [{ role: "user", content: "What is the weather in Paris?" }];
 const weather = {
   name: "get_weather",
   description: "The weather in a city",
-  parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+  parameters: { type: "object", properties: { city: { type: "string" }, unit: { type: "string" } }, required: ["city"] },
 };
 
 function servedBy(response) {

@@ -1,6 +1,7 @@
 //! The real-client matrix (issue 14): client libraries nobody here wrote — the Node `openai` SDK
-//! (Chat Completions and Responses), the Node `@anthropic-ai/sdk` (Messages) and Python LangChain
-//! (`ChatOpenAI`, `ChatAnthropic`) — streamed and not, each through a cross-provider fallback whose
+//! (Chat Completions and Responses), the Node `@anthropic-ai/sdk` (Messages), Python LangChain
+//! (`ChatOpenAI`, `ChatAnthropic`) and the Vercel AI SDK (`ai` with `@ai-sdk/openai` chat and
+//! responses, `@ai-sdk/anthropic`) — streamed and not, each through a cross-provider fallback whose
 //! serving hop is on every provider kind in turn. One process per client library runs all its
 //! cases (tests/clients/) and prints one JSON document; each row is asserted here by name: the
 //! text, the finish reason as the library reports it, the tool call, the usage the mock upstream
@@ -111,6 +112,9 @@ async fn run_client(program: PathBuf, script: &str, args: &[&str]) -> Value {
         "{script}: the real clients are not installed: run `bash .ci/run` once \
          (npm ci in tests/clients, pip install -r tests/sdk/requirements.txt)\n{stderr}"
     );
+    if !stderr.trim().is_empty() {
+        eprintln!("{script} stderr:\n{stderr}");
+    }
     assert!(
         out.status.success(),
         "{script} failed: {}\nstdout: {stdout}\nstderr: {stderr}",
@@ -125,7 +129,9 @@ async fn run_client(program: PathBuf, script: &str, args: &[&str]) -> Value {
 fn node() -> PathBuf {
     let modules = repo().join("tests/clients/node_modules");
     assert!(
-        modules.join("openai").exists() && modules.join("@anthropic-ai/sdk").exists(),
+        ["openai", "@anthropic-ai/sdk", "ai", "@ai-sdk/openai", "@ai-sdk/anthropic"]
+            .iter()
+            .all(|m| modules.join(m).exists()),
         "the real-client tests need the Node SDKs in {}: run `bash .ci/run` once (npm ci in tests/clients)",
         modules.display()
     );
@@ -305,4 +311,18 @@ async fn langchain_chat_anthropic_through_a_fallback_to_every_provider_kind() {
         header_modes: &[],
     };
     assert_rows(&env, &out, 12, &expect).await;
+}
+
+#[tokio::test]
+async fn vercel_ai_sdk_openai_chat_responses_and_anthropic_through_a_fallback_to_every_provider_kind(
+) {
+    let node = node();
+    let env = start(CONFIG, mock()).await;
+    let out = run_client(node, "ai_sdk.mjs", &[&env.gw.base_url()]).await;
+    let expect = Expect {
+        finish: ("stop", "tool-calls"),
+        tool_modes: &["tool", "stream_tool"],
+        header_modes: &["complete", "stream", "tool", "stream_tool"],
+    };
+    assert_rows(&env, &out, 36, &expect).await;
 }
