@@ -112,16 +112,16 @@ async fn run_client(program: PathBuf, script: &str, args: &[&str]) -> Value {
         "{script}: the real clients are not installed: run `bash .ci/run` once \
          (npm ci in tests/clients, pip install -r tests/sdk/requirements.txt)\n{stderr}"
     );
-    if !stderr.trim().is_empty() {
-        eprintln!("{script} stderr:\n{stderr}");
-    }
     assert!(
         out.status.success(),
         "{script} failed: {}\nstdout: {stdout}\nstderr: {stderr}",
         out.status
     );
-    serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("bad {script} output {stdout}: {e}"))
+    let mut doc: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("bad {script} output {stdout}: {e}\nstderr: {stderr}"));
+    // Kept for the failure message: what the library warned about.
+    doc["stderr"] = json!(stderr);
+    doc
 }
 
 /// The node binary (`SIDETRACK_NODE`, default `node` on PATH), after checking the clients are
@@ -166,10 +166,11 @@ async fn assert_rows(env: &Env, out: &Value, cases: usize, expect: &Expect) {
     }
     assert!(
         failures.is_empty(),
-        "{} of {} cases failed:\n{}",
+        "{} of {} cases failed:\n{}\nclient stderr:\n{}",
         failures.len(),
         rows.len(),
-        failures.join("\n")
+        failures.join("\n"),
+        out["stderr"].as_str().unwrap_or_default()
     );
 }
 
@@ -266,12 +267,24 @@ async fn node_openai_sdk_chat_and_responses_through_a_fallback_to_every_provider
         .cloned()
         .partition(|r| r["case"].as_str().unwrap().starts_with("openai-chat/"));
     assert_eq!((chat.len(), responses.len()), (12, 12), "{out:#}");
-    assert_rows(&env, &json!({ "cases": chat }), 12, &expect).await;
+    assert_rows(
+        &env,
+        &json!({ "cases": chat, "stderr": out["stderr"] }),
+        12,
+        &expect,
+    )
+    .await;
     let expect = Expect {
         finish: ("completed", "completed"),
         ..expect
     };
-    assert_rows(&env, &json!({ "cases": responses }), 12, &expect).await;
+    assert_rows(
+        &env,
+        &json!({ "cases": responses, "stderr": out["stderr"] }),
+        12,
+        &expect,
+    )
+    .await;
 }
 
 #[tokio::test]
