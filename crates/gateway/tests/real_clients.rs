@@ -104,7 +104,12 @@ async fn run_client(program: PathBuf, script: &str, args: &[&str]) -> Value {
         .args(args)
         .output()
         .await
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {}: {e} (set SIDETRACK_NODE / SIDETRACK_PYTHON, or run `bash .ci/run`)",
+                program.display()
+            )
+        });
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
