@@ -566,6 +566,27 @@ impl Health {
     /// Applies a verdict to the shared state too (in the background: a request never waits on the
     /// state store), then adopts what was stored.
     fn share(&self, d: &Arc<DestHealth>, verdict: Verdict, was_probe: bool) {
+        self.share_with(d, move |b, now| {
+            let probe = if was_probe {
+                b.try_acquire(now).0.probe()
+            } else {
+                None
+            };
+            match verdict {
+                Verdict::Success => b.on_success(probe),
+                Verdict::Failure(retry_after) => b.on_failure(now, probe, retry_after),
+                Verdict::Neutral => None,
+            };
+        });
+    }
+
+    /// Applies `change` to the shared state of `d` in the background (compare-and-set; a
+    /// transition is pushed to the other replicas in the same step), then adopts what was stored.
+    fn share_with(
+        &self,
+        d: &Arc<DestHealth>,
+        change: impl Fn(&mut Breaker, Instant) + Send + Sync + 'static,
+    ) {
         let Some(store) = self.shared.clone() else {
             return;
         };
@@ -576,24 +597,14 @@ impl Health {
         };
         d.pending_shares.fetch_add(1, Ordering::AcqRel);
         tokio::spawn(async move {
-            let key = store.breaker_key(&d.target, &d.model);
             let stored = store
-                .update(&key, |current| {
+                .update(&d.target, &d.model, |current| {
                     let (now, now_ms) = (Instant::now(), unix_ms());
                     let mut b = Breaker::new(cfg.clone());
                     if let Some(c) = current {
                         b.adopt(&c, now, now_ms);
                     }
-                    let probe = if was_probe {
-                        b.try_acquire(now).0.probe()
-                    } else {
-                        None
-                    };
-                    match verdict {
-                        Verdict::Success => b.on_success(probe),
-                        Verdict::Failure(retry_after) => b.on_failure(now, probe, retry_after),
-                        Verdict::Neutral => None,
-                    };
+                    change(&mut b, now);
                     b.export(now, now_ms)
                 })
                 .await;
@@ -603,6 +614,82 @@ impl Health {
                 adopt(&d, version, &shared);
             }
         });
+    }
+
+    /// Keeps the shared breaker state in step until `stop` (state.redis only): adopts pushed
+    /// transitions as they arrive, pulls every destination each `syncMilliseconds` (the safety net)
+    /// and at once after the push subscription (re)connects, since messages may have been missed.
+    pub async fn keep_shared_state(&self, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let Some(store) = self.shared.clone() else {
+            return;
+        };
+        let mut tick = tokio::time::interval(store.sync_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ping = tokio::time::interval(store::SUBSCRIBER_PING);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut sub = store::Subscriber::default();
+        let mut down_logged = false;
+        loop {
+            enum Step {
+                Stop,
+                Pull,
+                Ping,
+                Event(store::Event),
+            }
+            let step = tokio::select! {
+                // Stopping, or the handle is gone.
+                _ = stop.wait_for(|s| *s) => Step::Stop,
+                _ = tick.tick() => Step::Pull,
+                _ = ping.tick(), if sub.is_subscribed() => Step::Ping,
+                e = sub.next(&store) => Step::Event(e),
+            };
+            let event = match step {
+                Step::Stop => return,
+                Step::Pull => {
+                    self.sync_shared().await;
+                    continue;
+                }
+                Step::Ping => match sub.ping(&store).await {
+                    Some(e) => e,
+                    None => continue,
+                },
+                Step::Event(e) => e,
+            };
+            match event {
+                store::Event::Message(payload) => self.apply_pushed(&store, &payload),
+                store::Event::Connected => {
+                    if down_logged {
+                        tracing::warn!("breaker transition push (Redis pub/sub) reconnected; resynchronising");
+                        down_logged = false;
+                    }
+                    store.request_resync();
+                    self.sync_shared().await;
+                }
+                store::Event::Lost => {
+                    if !down_logged {
+                        tracing::error!("breaker transition push (Redis pub/sub) lost; reconnecting with backoff, periodic resync continues");
+                        down_logged = true;
+                    }
+                    store.note(false);
+                    self.metrics.state_backend_up(false);
+                }
+            }
+        }
+    }
+
+    /// Adopts one pushed transition (another replica's; this replica's own are ignored). A message
+    /// older than what this replica already holds is dropped by the version check in [`adopt`].
+    fn apply_pushed(&self, store: &RedisState, payload: &[u8]) {
+        let Ok(p) = serde_json::from_slice::<store::Pushed>(payload) else {
+            tracing::warn!("ignoring a malformed breaker transition message");
+            return;
+        };
+        if p.o == store.origin {
+            return;
+        }
+        if let Some(d) = self.find(&p.t, &p.m) {
+            adopt(&d, p.b.v, &p.b.shared());
+        }
     }
 
     /// One pull of every known destination's shared state (the background sync loop calls this
@@ -622,7 +709,7 @@ impl Health {
         let Ok(loaded) = loaded else { return };
         if store.take_resync() {
             // Back after an outage: what each replica learned meanwhile is merged by severity.
-            for (d, key) in dests.iter().zip(&keys) {
+            for d in &dests {
                 // The store may have restarted empty: its version numbers start over.
                 d.adopted_version.store(0, Ordering::Release);
                 let local = d
@@ -632,7 +719,7 @@ impl Health {
                     .map(|i| i.breaker.export(Instant::now(), unix_ms()));
                 let Some(local) = local else { continue };
                 if let Ok((version, merged)) = store
-                    .update(key, |current| {
+                    .update(&d.target, &d.model, |current| {
                         current.map_or(local, |c| store::merge(c, local))
                     })
                     .await
@@ -680,7 +767,8 @@ impl Health {
         true
     }
 
-    /// Admin: close the breaker.
+    /// Admin: close the breaker — on every replica when state is shared (the reset is written to
+    /// the store and pushed like any transition).
     pub fn reset(&self, target: &str, model: &str) -> bool {
         let Some(d) = self.find(target, model) else {
             return false;
@@ -689,6 +777,9 @@ impl Health {
         if let Some(t) = t {
             self.transitioned(&d, t);
         }
+        self.share_with(&d, |b, _| {
+            b.reset();
+        });
         true
     }
 
