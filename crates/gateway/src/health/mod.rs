@@ -71,6 +71,9 @@ pub struct DestHealth {
     /// Verdicts on their way to the shared store: while any is, the local state is ahead of the
     /// store and is not overwritten by what the sync loop reads.
     pending_shares: AtomicU32,
+    /// The newest state those verdicts stored: the last one to finish adopts it (tasks finish in
+    /// any order; adopting the last task's own, possibly older, result could undo a transition).
+    newest_share: Mutex<Option<(u64, SharedBreaker)>>,
     /// The newest shared-state version adopted here.
     adopted_version: AtomicU64,
     /// [`Health`]'s insertion count when this destination was last looked up: the eviction order.
@@ -142,6 +145,7 @@ impl DestHealth {
             failures: AtomicU64::new(0),
             skips: AtomicU64::new(0),
             pending_shares: AtomicU32::new(0),
+            newest_share: Mutex::new(None),
             adopted_version: AtomicU64::new(0),
             last_used: AtomicU64::new(0),
         }
@@ -609,8 +613,27 @@ impl Health {
                 })
                 .await;
             metrics.state_backend_up(store.is_up());
-            let last = d.pending_shares.fetch_sub(1, Ordering::AcqRel) == 1;
-            if let (true, Ok((version, shared))) = (last, stored) {
+            let newest = match d.newest_share.lock() {
+                Ok(mut slot) => {
+                    if let Ok((version, shared)) = stored {
+                        if slot.is_none_or(|(v, _)| v < version) {
+                            *slot = Some((version, shared));
+                        }
+                    }
+                    if d.pending_shares.fetch_sub(1, Ordering::AcqRel) == 1 {
+                        slot.take()
+                    } else {
+                        None
+                    }
+                }
+                Err(_) => {
+                    d.pending_shares.fetch_sub(1, Ordering::AcqRel);
+                    None
+                }
+            };
+            // After a lost write the store may lack a verdict this replica counted: local state
+            // stands until the resync merges it in.
+            if let (false, Some((version, shared))) = (store.resync_pending(), newest) {
                 adopt(&d, version, &shared);
             }
         });
@@ -618,7 +641,8 @@ impl Health {
 
     /// Keeps the shared breaker state in step until `stop` (state.redis only): adopts pushed
     /// transitions as they arrive, pulls every destination each `syncMilliseconds` (the safety net)
-    /// and at once after the push subscription (re)connects, since messages may have been missed.
+    /// and at once after the push subscription (re)connects, since messages may have been missed,
+    /// or Redis answers again after a failed call (a write, and so its push, may have been lost).
     pub async fn keep_shared_state(&self, mut stop: tokio::sync::watch::Receiver<bool>) {
         let Some(store) = self.shared.clone() else {
             return;
@@ -629,6 +653,9 @@ impl Health {
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut sub = store::Subscriber::default();
         let mut down_logged = false;
+        // A pull that failed is retried soon (not only at the next tick): the first call after a
+        // restart of Redis fails on the old connection, and the resync must not wait 10 s for it.
+        let mut retry_pull: Option<tokio::time::Instant> = None;
         loop {
             enum Step {
                 Stop,
@@ -640,6 +667,8 @@ impl Health {
                 // Stopping, or the handle is gone.
                 _ = stop.wait_for(|s| *s) => Step::Stop,
                 _ = tick.tick() => Step::Pull,
+                _ = store.recovered.notified() => Step::Pull,
+                _ = sleep_until_some(retry_pull) => Step::Pull,
                 _ = ping.tick(), if sub.is_subscribed() => Step::Ping,
                 e = sub.next(&store) => Step::Event(e),
             };
@@ -647,6 +676,8 @@ impl Health {
                 Step::Stop => return,
                 Step::Pull => {
                     self.sync_shared().await;
+                    retry_pull = (!store.is_up())
+                        .then(|| tokio::time::Instant::now() + store::PULL_RETRY);
                     continue;
                 }
                 Step::Ping => match sub.ping(&store).await {
@@ -664,6 +695,8 @@ impl Health {
                     }
                     store.request_resync();
                     self.sync_shared().await;
+                    retry_pull = (!store.is_up())
+                        .then(|| tokio::time::Instant::now() + store::PULL_RETRY);
                 }
                 store::Event::Lost => {
                     if !down_logged {
@@ -724,7 +757,10 @@ impl Health {
                     })
                     .await
                 {
-                    adopt(d, version, &merged);
+                    // A verdict counted meanwhile is on its way and adopts its own result.
+                    if d.pending_shares.load(Ordering::Acquire) == 0 {
+                        adopt(d, version, &merged);
+                    }
                 }
             }
             return;
@@ -818,6 +854,14 @@ impl Health {
             .collect();
         out.sort_by(|a, b| (&a.target, &a.model).cmp(&(&b.target, &b.model)));
         out
+    }
+}
+
+/// Sleeps until `at`, or forever when there is none.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -54,6 +54,8 @@ const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Reconnect backoff of the subscriber: first wait and cap.
 const RECONNECT_FIRST: Duration = Duration::from_millis(100);
 const RECONNECT_MAX: Duration = Duration::from_secs(5);
+/// How soon a failed pull is retried (instead of at the next `syncMilliseconds` tick).
+pub const PULL_RETRY: Duration = Duration::from_millis(200);
 /// How often an idle subscriber connection is pinged (a silent network loss is found this way).
 pub const SUBSCRIBER_PING: Duration = Duration::from_secs(1);
 
@@ -160,6 +162,9 @@ pub struct RedisState {
     pub origin: u64,
     /// Set when a call fails: the next successful sync merges local state back in.
     resync: AtomicBool,
+    /// Woken when Redis answers again after a failed call: the sync loop pulls (and merges) at
+    /// once instead of at its next tick.
+    pub recovered: tokio::sync::Notify,
     cas: redis::Script,
 }
 
@@ -180,6 +185,7 @@ impl RedisState {
             // Unknown until the first call; reported as up so startup does not flap the gauge.
             up: AtomicBool::new(true),
             resync: AtomicBool::new(false),
+            recovered: tokio::sync::Notify::new(),
             origin: rand::random(),
             cas: redis::Script::new(CAS_SCRIPT),
         })
@@ -245,6 +251,12 @@ impl RedisState {
         result
     }
 
+    /// Is a merge of local state into the store due (a call failed since the last one)? While it
+    /// is, a stored state may lack a verdict this replica lost and is not adopted over local state.
+    pub fn resync_pending(&self) -> bool {
+        self.resync.load(Ordering::Relaxed)
+    }
+
     /// True once after an outage: the caller should merge its local state into the store.
     pub fn take_resync(&self) -> bool {
         self.is_up() && self.resync.swap(false, Ordering::Relaxed)
@@ -256,6 +268,7 @@ impl RedisState {
         }
         if self.mark(ok) {
             if ok {
+                self.recovered.notify_one();
                 tracing::warn!("state backend (Redis) is reachable again; resynchronising shared breaker state");
             } else {
                 tracing::error!(
