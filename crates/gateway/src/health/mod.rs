@@ -676,8 +676,8 @@ impl Health {
                 Step::Stop => return,
                 Step::Pull => {
                     self.sync_shared().await;
-                    retry_pull = (!store.is_up())
-                        .then(|| tokio::time::Instant::now() + store::PULL_RETRY);
+                    retry_pull =
+                        (!store.is_up()).then(|| tokio::time::Instant::now() + store::PULL_RETRY);
                     continue;
                 }
                 Step::Ping => match sub.ping(&store).await {
@@ -690,13 +690,15 @@ impl Health {
                 store::Event::Message(payload) => self.apply_pushed(&store, &payload),
                 store::Event::Connected => {
                     if down_logged {
-                        tracing::warn!("breaker transition push (Redis pub/sub) reconnected; resynchronising");
+                        tracing::warn!(
+                            "breaker transition push (Redis pub/sub) reconnected; resynchronising"
+                        );
                         down_logged = false;
                     }
                     store.request_resync();
                     self.sync_shared().await;
-                    retry_pull = (!store.is_up())
-                        .then(|| tokio::time::Instant::now() + store::PULL_RETRY);
+                    retry_pull =
+                        (!store.is_up()).then(|| tokio::time::Instant::now() + store::PULL_RETRY);
                 }
                 store::Event::Lost => {
                     if !down_logged {

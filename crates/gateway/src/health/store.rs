@@ -446,7 +446,11 @@ impl Subscriber {
     /// Pings the server when subscribed; a ping that fails within the budget drops the connection.
     pub async fn ping(&mut self, store: &RedisState) -> Option<Event> {
         let sink = self.sink.as_mut()?;
-        match tokio::time::timeout(store.budget.max(SUBSCRIBE_TIMEOUT), sink.ping::<redis::Value>()).await
+        match tokio::time::timeout(
+            store.budget.max(SUBSCRIBE_TIMEOUT),
+            sink.ping::<redis::Value>(),
+        )
+        .await
         {
             Ok(Ok(_)) => None,
             _ => Some(self.lost()),
