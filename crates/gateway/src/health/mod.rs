@@ -71,6 +71,9 @@ pub struct DestHealth {
     /// Verdicts on their way to the shared store: while any is, the local state is ahead of the
     /// store and is not overwritten by what the sync loop reads.
     pending_shares: AtomicU32,
+    /// The newest state those verdicts stored: the last one to finish adopts it (tasks finish in
+    /// any order; adopting the last task's own, possibly older, result could undo a transition).
+    newest_share: Mutex<Option<(u64, SharedBreaker)>>,
     /// The newest shared-state version adopted here.
     adopted_version: AtomicU64,
     /// [`Health`]'s insertion count when this destination was last looked up: the eviction order.
@@ -134,6 +137,7 @@ impl DestHealth {
             failures: AtomicU64::new(0),
             skips: AtomicU64::new(0),
             pending_shares: AtomicU32::new(0),
+            newest_share: Mutex::new(None),
             adopted_version: AtomicU64::new(0),
             last_used: AtomicU64::new(0),
         }
@@ -551,6 +555,27 @@ impl Health {
     /// Applies a verdict to the shared state too (in the background: a request never waits on the
     /// state store), then adopts what was stored.
     fn share(&self, d: &Arc<DestHealth>, verdict: Verdict, was_probe: bool) {
+        self.share_with(d, move |b, now| {
+            let probe = if was_probe {
+                b.try_acquire(now).0.probe()
+            } else {
+                None
+            };
+            match verdict {
+                Verdict::Success => b.on_success(probe),
+                Verdict::Failure(retry_after) => b.on_failure(now, probe, retry_after),
+                Verdict::Neutral => None,
+            };
+        });
+    }
+
+    /// Applies `change` to the shared state of `d` in the background (compare-and-set; a
+    /// transition is pushed to the other replicas in the same step), then adopts what was stored.
+    fn share_with(
+        &self,
+        d: &Arc<DestHealth>,
+        change: impl Fn(&mut Breaker, Instant) + Send + Sync + 'static,
+    ) {
         let Some(store) = self.shared.clone() else {
             return;
         };
@@ -561,33 +586,130 @@ impl Health {
         };
         d.pending_shares.fetch_add(1, Ordering::AcqRel);
         tokio::spawn(async move {
-            let key = store.breaker_key(&d.target, &d.model);
             let stored = store
-                .update(&key, |current| {
+                .update(&d.target, &d.model, |current| {
                     let (now, now_ms) = (Instant::now(), unix_ms());
                     let mut b = Breaker::new(cfg.clone());
                     if let Some(c) = current {
                         b.adopt(&c, now, now_ms);
                     }
-                    let probe = if was_probe {
-                        b.try_acquire(now).0.probe()
-                    } else {
-                        None
-                    };
-                    match verdict {
-                        Verdict::Success => b.on_success(probe),
-                        Verdict::Failure(retry_after) => b.on_failure(now, probe, retry_after),
-                        Verdict::Neutral => None,
-                    };
+                    change(&mut b, now);
                     b.export(now, now_ms)
                 })
                 .await;
             metrics.state_backend_up(store.is_up());
-            let last = d.pending_shares.fetch_sub(1, Ordering::AcqRel) == 1;
-            if let (true, Ok((version, shared))) = (last, stored) {
+            let newest = match d.newest_share.lock() {
+                Ok(mut slot) => {
+                    if let Ok((version, shared)) = stored {
+                        if slot.is_none_or(|(v, _)| v < version) {
+                            *slot = Some((version, shared));
+                        }
+                    }
+                    if d.pending_shares.fetch_sub(1, Ordering::AcqRel) == 1 {
+                        slot.take()
+                    } else {
+                        None
+                    }
+                }
+                Err(_) => {
+                    d.pending_shares.fetch_sub(1, Ordering::AcqRel);
+                    None
+                }
+            };
+            // After a lost write the store may lack a verdict this replica counted: local state
+            // stands until the resync merges it in.
+            if let (false, Some((version, shared))) = (store.resync_pending(), newest) {
                 adopt(&d, version, &shared);
             }
         });
+    }
+
+    /// Keeps the shared breaker state in step until `stop` (state.redis only): adopts pushed
+    /// transitions as they arrive, pulls every destination each `syncMilliseconds` (the safety net)
+    /// and at once after the push subscription (re)connects, since messages may have been missed,
+    /// or Redis answers again after a failed call (a write, and so its push, may have been lost).
+    pub async fn keep_shared_state(&self, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let Some(store) = self.shared.clone() else {
+            return;
+        };
+        let mut tick = tokio::time::interval(store.sync_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ping = tokio::time::interval(store::SUBSCRIBER_PING);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut sub = store::Subscriber::default();
+        let mut down_logged = false;
+        // A pull that failed is retried soon (not only at the next tick): the first call after a
+        // restart of Redis fails on the old connection, and the resync must not wait 10 s for it.
+        let mut retry_pull: Option<tokio::time::Instant> = None;
+        loop {
+            enum Step {
+                Stop,
+                Pull,
+                Ping,
+                Event(store::Event),
+            }
+            let step = tokio::select! {
+                // Stopping, or the handle is gone.
+                _ = stop.wait_for(|s| *s) => Step::Stop,
+                _ = tick.tick() => Step::Pull,
+                _ = store.recovered.notified() => Step::Pull,
+                _ = sleep_until_some(retry_pull) => Step::Pull,
+                _ = ping.tick(), if sub.is_subscribed() => Step::Ping,
+                e = sub.next(&store) => Step::Event(e),
+            };
+            let event = match step {
+                Step::Stop => return,
+                Step::Pull => {
+                    self.sync_shared().await;
+                    retry_pull =
+                        (!store.is_up()).then(|| tokio::time::Instant::now() + store::PULL_RETRY);
+                    continue;
+                }
+                Step::Ping => match sub.ping(&store).await {
+                    Some(e) => e,
+                    None => continue,
+                },
+                Step::Event(e) => e,
+            };
+            match event {
+                store::Event::Message(payload) => self.apply_pushed(&store, &payload),
+                store::Event::Connected => {
+                    if down_logged {
+                        tracing::warn!(
+                            "breaker transition push (Redis pub/sub) reconnected; resynchronising"
+                        );
+                        down_logged = false;
+                    }
+                    store.request_resync();
+                    self.sync_shared().await;
+                    retry_pull =
+                        (!store.is_up()).then(|| tokio::time::Instant::now() + store::PULL_RETRY);
+                }
+                store::Event::Lost => {
+                    if !down_logged {
+                        tracing::error!("breaker transition push (Redis pub/sub) lost; reconnecting with backoff, periodic resync continues");
+                        down_logged = true;
+                    }
+                    store.note(false);
+                    self.metrics.state_backend_up(false);
+                }
+            }
+        }
+    }
+
+    /// Adopts one pushed transition (another replica's; this replica's own are ignored). A message
+    /// older than what this replica already holds is dropped by the version check in [`adopt`].
+    fn apply_pushed(&self, store: &RedisState, payload: &[u8]) {
+        let Ok(p) = serde_json::from_slice::<store::Pushed>(payload) else {
+            tracing::warn!("ignoring a malformed breaker transition message");
+            return;
+        };
+        if p.o == store.origin {
+            return;
+        }
+        if let Some(d) = self.find(&p.t, &p.m) {
+            adopt(&d, p.b.v, &p.b.shared());
+        }
     }
 
     /// One pull of every known destination's shared state (the background sync loop calls this
@@ -607,7 +729,7 @@ impl Health {
         let Ok(loaded) = loaded else { return };
         if store.take_resync() {
             // Back after an outage: what each replica learned meanwhile is merged by severity.
-            for (d, key) in dests.iter().zip(&keys) {
+            for d in &dests {
                 // The store may have restarted empty: its version numbers start over.
                 d.adopted_version.store(0, Ordering::Release);
                 let local = d
@@ -617,12 +739,15 @@ impl Health {
                     .map(|i| i.breaker.export(Instant::now(), unix_ms()));
                 let Some(local) = local else { continue };
                 if let Ok((version, merged)) = store
-                    .update(key, |current| {
+                    .update(&d.target, &d.model, |current| {
                         current.map_or(local, |c| store::merge(c, local))
                     })
                     .await
                 {
-                    adopt(d, version, &merged);
+                    // A verdict counted meanwhile is on its way and adopts its own result.
+                    if d.pending_shares.load(Ordering::Acquire) == 0 {
+                        adopt(d, version, &merged);
+                    }
                 }
             }
             return;
@@ -665,7 +790,8 @@ impl Health {
         true
     }
 
-    /// Admin: close the breaker.
+    /// Admin: close the breaker — on every replica when state is shared (the reset is written to
+    /// the store and pushed like any transition).
     pub fn reset(&self, target: &str, model: &str) -> bool {
         let Some(d) = self.find(target, model) else {
             return false;
@@ -674,6 +800,9 @@ impl Health {
         if let Some(t) = t {
             self.transitioned(&d, t);
         }
+        self.share_with(&d, |b, _| {
+            b.reset();
+        });
         true
     }
 
@@ -712,6 +841,14 @@ impl Health {
             .collect();
         out.sort_by(|a, b| (&a.target, &a.model).cmp(&(&b.target, &b.model)));
         out
+    }
+}
+
+/// Sleeps until `at`, or forever when there is none.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

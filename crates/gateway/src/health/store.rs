@@ -3,9 +3,16 @@
 //!
 //! Each destination's shareable breaker state ([`SharedBreaker`]) is one Redis string (JSON with a
 //! version). A verdict is applied to the *shared* state with a compare-and-set script (named with a
-//! version, `sidetrack_breaker_cas_v1`, so a rolling upgrade never runs changed semantics under an
-//! old name), then adopted locally. A background task pulls every known destination's shared state
-//! each `syncMilliseconds`.
+//! version, `sidetrack_breaker_cas_v2`, so a rolling upgrade never runs changed semantics under an
+//! old name), then adopted locally.
+//!
+//! Push (SPEC §10, "within 50 ms"): when a write changes the state kind or the open-until time (a
+//! transition), the same script publishes the new state on the channel `{keyPrefix}breaker` — in
+//! the same atomic step as the write, so messages for one destination go out in version order.
+//! Every replica holds one subscriber connection ([`Subscriber`]) and adopts a pushed state at
+//! once unless it already holds that version or a newer one (see `adopt` in `health`). A background
+//! task also pulls every known destination's shared state each `syncMilliseconds` — the safety net
+//! for a missed message — and pulls at once after the subscriber (re)connects.
 //!
 //! Fail-open: every Redis call has a budget (`budgetMilliseconds`, default 50 ms). A slow or dead
 //! Redis never fails a caller request: the replica keeps deciding on its local state, logs once,
@@ -20,25 +27,44 @@ use sidetrack_resilience::{SharedBreaker, SharedKind};
 use tokio::sync::Mutex;
 
 /// Compare-and-set on a versioned JSON value: writes ARGV[2] when the stored version equals
-/// ARGV[1] (0 = absent) and returns 1; otherwise returns the stored value.
+/// ARGV[1] (0 = absent) and returns 1; otherwise returns the stored value. A write that changes
+/// the state kind (`s`) or the open-until time publishes ARGV[5] on channel ARGV[4].
 const CAS_SCRIPT: &str = r#"
--- sidetrack_breaker_cas_v1
+-- sidetrack_breaker_cas_v2
 local cur = redis.call('GET', KEYS[1])
 local ver = 0
-if cur then ver = cjson.decode(cur)['v'] end
+local old = nil
+if cur then
+  old = cjson.decode(cur)
+  ver = old['v']
+end
 if ver == tonumber(ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  local new = cjson.decode(ARGV[2])
+  if (not old) or old['s'] ~= new['s'] or old['until'] ~= new['until'] then
+    redis.call('PUBLISH', ARGV[4], ARGV[5])
+  end
   return 1
 end
 return cur
 "#;
 
+/// How long connecting and subscribing may take before the subscriber backs off and retries.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Reconnect backoff of the subscriber: first wait and cap.
+const RECONNECT_FIRST: Duration = Duration::from_millis(100);
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+/// How soon a failed pull is retried (instead of at the next `syncMilliseconds` tick).
+pub const PULL_RETRY: Duration = Duration::from_millis(200);
+/// How often an idle subscriber connection is pinged (a silent network loss is found this way).
+pub const SUBSCRIBER_PING: Duration = Duration::from_secs(1);
+
 /// How long a shared breaker state lives without writes (a destination nobody uses ages out).
 const STATE_TTL: Duration = Duration::from_secs(24 * 3600);
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
-struct Stored {
-    v: u64,
+pub struct Stored {
+    pub v: u64,
     /// `closed` | `open` | `half_open`
     s: char,
     until: u64,
@@ -64,7 +90,7 @@ impl Stored {
         }
     }
 
-    fn shared(&self) -> SharedBreaker {
+    pub fn shared(&self) -> SharedBreaker {
         let state = match self.s {
             'o' => SharedKind::Open {
                 until_unix_ms: self.until,
@@ -80,6 +106,18 @@ impl Stored {
             reopens: self.reopens,
         }
     }
+}
+
+/// One pushed transition (the payload on `{keyPrefix}breaker`):
+/// `{"o": <origin replica id>, "t": <target>, "m": <model>, "b": <stored state, with its version>}`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Pushed<'a> {
+    pub o: u64,
+    #[serde(borrow)]
+    pub t: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    pub m: std::borrow::Cow<'a, str>,
+    pub b: Stored,
 }
 
 /// After an outage, two replicas' views of one destination are merged by severity: open beats
@@ -120,8 +158,13 @@ pub struct RedisState {
     budget: Duration,
     pub sync_interval: Duration,
     up: AtomicBool,
+    /// This replica's id on the push channel (its own messages are ignored).
+    pub origin: u64,
     /// Set when a call fails: the next successful sync merges local state back in.
     resync: AtomicBool,
+    /// Woken when Redis answers again after a failed call: the sync loop pulls (and merges) at
+    /// once instead of at its next tick.
+    pub recovered: tokio::sync::Notify,
     cas: redis::Script,
 }
 
@@ -142,6 +185,8 @@ impl RedisState {
             // Unknown until the first call; reported as up so startup does not flap the gauge.
             up: AtomicBool::new(true),
             resync: AtomicBool::new(false),
+            recovered: tokio::sync::Notify::new(),
+            origin: rand::random(),
             cas: redis::Script::new(CAS_SCRIPT),
         })
     }
@@ -156,6 +201,16 @@ impl RedisState {
 
     pub fn breaker_key(&self, target: &str, model: &str) -> String {
         format!("{}breaker:{}\u{1f}{}", self.prefix, target, model)
+    }
+
+    /// The channel breaker transitions are pushed on.
+    pub fn channel(&self) -> String {
+        format!("{}breaker", self.prefix)
+    }
+
+    /// Asks the next successful pull to merge local state back in (messages may have been missed).
+    pub fn request_resync(&self) {
+        self.resync.store(true, Ordering::Relaxed);
     }
 
     /// Marks the outcome of a call; returns true when the state flipped (log it once).
@@ -196,17 +251,24 @@ impl RedisState {
         result
     }
 
+    /// Is a merge of local state into the store due (a call failed since the last one)? While it
+    /// is, a stored state may lack a verdict this replica lost and is not adopted over local state.
+    pub fn resync_pending(&self) -> bool {
+        self.resync.load(Ordering::Relaxed)
+    }
+
     /// True once after an outage: the caller should merge its local state into the store.
     pub fn take_resync(&self) -> bool {
         self.is_up() && self.resync.swap(false, Ordering::Relaxed)
     }
 
-    fn note(&self, ok: bool) {
+    pub fn note(&self, ok: bool) {
         if !ok {
             self.resync.store(true, Ordering::Relaxed);
         }
         if self.mark(ok) {
             if ok {
+                self.recovered.notify_one();
                 tracing::warn!("state backend (Redis) is reachable again; resynchronising shared breaker state");
             } else {
                 tracing::error!(
@@ -238,24 +300,35 @@ impl RedisState {
             .collect())
     }
 
-    /// Applies `update` to the shared state of `key` atomically (compare-and-set, retried on
-    /// conflict) and returns the version and state that were stored.
+    /// Applies `update` to the shared state of destination `target`/`model` atomically
+    /// (compare-and-set, retried on conflict) and returns the version and state that were stored.
+    /// A transition is pushed to the other replicas in the same step.
     pub async fn update(
         &self,
-        key: &str,
+        target: &str,
+        model: &str,
         update: impl Fn(Option<SharedBreaker>) -> SharedBreaker,
     ) -> Result<(u64, SharedBreaker), Unavailable> {
-        let mut current = self.load(&[key.to_owned()]).await?.pop().flatten();
+        let key = self.breaker_key(target, model);
+        let channel = self.channel();
+        let mut current = self.load(std::slice::from_ref(&key)).await?.pop().flatten();
         for _ in 0..8 {
             let (version, shared) = match current {
                 Some((v, s)) => (v, Some(s)),
                 None => (0, None),
             };
             let next = update(shared);
-            let stored = serde_json::to_string(&Stored::from_shared(version + 1, &next))
-                .map_err(|_| Unavailable)?;
+            let record = Stored::from_shared(version + 1, &next);
+            let stored = serde_json::to_string(&record).map_err(|_| Unavailable)?;
+            let pushed = serde_json::to_string(&Pushed {
+                o: self.origin,
+                t: target.into(),
+                m: model.into(),
+                b: record,
+            })
+            .map_err(|_| Unavailable)?;
             let ttl = STATE_TTL.as_millis() as u64;
-            let (script, key_owned) = (&self.cas, key.to_owned());
+            let (script, key_owned, channel) = (&self.cas, key.clone(), channel.clone());
             let answer: redis::Value = self
                 .call(|mut c| async move {
                     script
@@ -263,6 +336,8 @@ impl RedisState {
                         .arg(version)
                         .arg(stored)
                         .arg(ttl)
+                        .arg(channel)
+                        .arg(pushed)
                         .invoke_async(&mut c)
                         .await
                 })
@@ -278,5 +353,119 @@ impl RedisState {
             }
         }
         Err(Unavailable)
+    }
+}
+
+/// The push side of shared state: one subscriber connection to `{keyPrefix}breaker`, reconnected
+/// with backoff (100 ms doubling to 5 s) when it drops, and pinged when idle.
+pub struct Subscriber {
+    sink: Option<redis::aio::PubSubSink>,
+    stream: Option<redis::aio::PubSubStream>,
+    connecting: Option<tokio::task::JoinHandle<Option<SplitPubSub>>>,
+    backoff: Duration,
+    retry_at: tokio::time::Instant,
+}
+
+type SplitPubSub = (redis::aio::PubSubSink, redis::aio::PubSubStream);
+
+/// What the subscriber has for its owner.
+pub enum Event {
+    /// A message arrived (its payload).
+    Message(Vec<u8>),
+    /// The subscription is (re)established: messages may have been missed, pull everything now.
+    Connected,
+    /// The subscription dropped or a (re)connect failed; the next try is scheduled.
+    Lost,
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        if let Some(task) = self.connecting.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Default for Subscriber {
+    fn default() -> Self {
+        Subscriber {
+            sink: None,
+            stream: None,
+            connecting: None,
+            backoff: RECONNECT_FIRST,
+            retry_at: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Subscriber {
+    /// Waits for the next event: a message, or the outcome of a scheduled (re)connect.
+    pub async fn next(&mut self, store: &RedisState) -> Event {
+        use futures_util::StreamExt;
+        match self.stream.as_mut() {
+            Some(stream) => match stream.next().await {
+                Some(msg) => Event::Message(msg.get_payload_bytes().to_vec()),
+                None => self.lost(),
+            },
+            None => {
+                // The attempt runs in its own task, so that this wait is cancel-safe: another
+                // branch of the caller's select winning does not restart a slow connect.
+                if self.connecting.is_none() {
+                    tokio::time::sleep_until(self.retry_at).await;
+                    let (client, channel) = (store.client.clone(), store.channel());
+                    self.connecting = Some(tokio::spawn(async move {
+                        let connect = async {
+                            let mut pubsub = client.get_async_pubsub().await?;
+                            pubsub.subscribe(channel).await?;
+                            Ok::<_, redis::RedisError>(pubsub.split())
+                        };
+                        tokio::time::timeout(SUBSCRIBE_TIMEOUT, connect)
+                            .await
+                            .ok()
+                            .and_then(Result::ok)
+                    }));
+                }
+                let Some(task) = self.connecting.as_mut() else {
+                    return self.lost();
+                };
+                let done = task.await;
+                self.connecting = None;
+                match done {
+                    Ok(Some((sink, stream))) => {
+                        self.sink = Some(sink);
+                        self.stream = Some(stream);
+                        self.backoff = RECONNECT_FIRST;
+                        Event::Connected
+                    }
+                    _ => self.lost(),
+                }
+            }
+        }
+    }
+
+    /// Pings the server when subscribed; a ping that fails within the budget drops the connection.
+    pub async fn ping(&mut self, store: &RedisState) -> Option<Event> {
+        let sink = self.sink.as_mut()?;
+        match tokio::time::timeout(
+            store.budget.max(SUBSCRIBE_TIMEOUT),
+            sink.ping::<redis::Value>(),
+        )
+        .await
+        {
+            Ok(Ok(_)) => None,
+            _ => Some(self.lost()),
+        }
+    }
+
+    pub fn is_subscribed(&self) -> bool {
+        self.sink.is_some()
+    }
+
+    fn lost(&mut self) -> Event {
+        self.sink = None;
+        self.stream = None;
+        self.retry_at = tokio::time::Instant::now() + self.backoff;
+        self.backoff = (self.backoff * 2).min(RECONNECT_MAX);
+        Event::Lost
     }
 }

@@ -108,25 +108,15 @@ async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
         .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
 }
 
-/// Pulls the shared breaker states every `every` until shutdown (state.redis only).
+/// Keeps the shared breaker states in step until shutdown (state.redis only): pushed transitions
+/// plus a pull every `syncMilliseconds` (see `Health::keep_shared_state`).
 fn sync_shared_state(
     shared: Arc<Shared>,
-    every: Duration,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) -> JoinHandle<std::io::Result<()>> {
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            let stopping = tokio::select! {
-                _ = tick.tick() => false,
-                r = stop.wait_for(|s| *s) => r.is_ok(),
-            };
-            if stopping {
-                return Ok(());
-            }
-            shared.health.sync_shared().await;
-        }
+        shared.health.keep_shared_state(stop).await;
+        Ok(())
     })
 }
 
@@ -181,9 +171,9 @@ pub async fn start(
             rx.clone(),
         ),
     ];
-    if let Some(every) = shared.health.sync_interval() {
+    if shared.health.sync_interval().is_some() {
         shared.metrics.state_backend_up(true);
-        tasks.push(sync_shared_state(shared.clone(), every, rx));
+        tasks.push(sync_shared_state(shared.clone(), rx));
     }
     Ok(GatewayHandle {
         addr,
