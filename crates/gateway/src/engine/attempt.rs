@@ -1,26 +1,30 @@
 //! Phases "attempt" and "classify": one outbound request to one destination, timed, read up to the
-//! commit decision, and turned into exactly one [`Outcome`].
+//! commit decision, and turned into exactly one [`Outcome`]. The phases in order: [`super::send`]
+//! (out, and the first byte back), then by the kind of answer — an error read whole, a whole
+//! answer translated ([`super::translate`]), a plain body passed on, or a stream held until
+//! [`super::commit`] decides.
 
 use std::future::Future;
-use std::pin::Pin;
-use std::task::Poll;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::response::Parts;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use sidetrack_config::StreamCommit;
 use sidetrack_dialects::Dialect;
-use sidetrack_resilience::{ErrorKind, Outcome};
-use tokio::time::{Instant, Sleep};
+use sidetrack_resilience::Outcome;
+use tokio::time::Instant;
 
+pub use super::body::Timer;
+use super::body::{concat, read_rest};
+use super::commit::{self, Held};
 use super::pipe::Pipe;
+use super::send::{send, Answered};
+use super::translate;
 use crate::providers::HttpClient;
 
-/// `firstToken` reads at most this much of a stream without a decidable event; past it the
-/// attempt is a protocol failure (SPEC §14).
-pub const MAX_HELD_BYTES: usize = 64 * 1024;
+pub use super::commit::MAX_HELD_BYTES;
 /// Error bodies are read whole so the last one can be returned; they are small, but cap them.
 const MAX_ERROR_BODY: usize = 1024 * 1024;
 
@@ -42,9 +46,8 @@ impl Bounds {
     }
 }
 
+/// What an attempt needs besides the request itself.
 pub struct AttemptSpec<'a> {
-    pub client: &'a HttpClient,
-    pub request: http::Request<Full<Bytes>>,
     /// The upstream's wire format and the caller's: the stream pipe translates between them.
     pub upstream: Dialect,
     pub caller: Dialect,
@@ -89,24 +92,6 @@ pub enum Upstream {
     },
 }
 
-/// One timer per attempt: first set to the first-byte deadline, then to the request deadline, and
-/// handed to the relay with a live answer. Each new timer is one more registration with the
-/// runtime's timer wheel (and one removal); a timeout around every read made three or more per
-/// streamed request (docs/decisions/0003-hot-path.md, "Fourth pass").
-pub type Timer = Pin<Box<Sleep>>;
-
-/// `fut`'s output, or `None` when `timer` fires first.
-async fn within<F: Future>(timer: &mut Timer, fut: F) -> Option<F::Output> {
-    let mut fut = std::pin::pin!(fut);
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(v) = fut.as_mut().poll(cx) {
-            return Poll::Ready(Some(v));
-        }
-        timer.as_mut().poll(cx).map(|()| None)
-    })
-    .await
-}
-
 impl Upstream {
     pub fn parts(&self) -> &Parts {
         match self {
@@ -126,45 +111,6 @@ impl Upstream {
     }
 }
 
-fn concat(chunks: Vec<Bytes>) -> Bytes {
-    match chunks.len() {
-        0 => Bytes::new(),
-        1 => chunks.into_iter().next().unwrap_or_default(),
-        _ => {
-            let mut b = BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
-            for c in chunks {
-                b.extend_from_slice(&c);
-            }
-            b.freeze()
-        }
-    }
-}
-
-enum Read {
-    Data(Bytes),
-    End,
-    Failed,
-    TimedOut,
-}
-
-/// Next data frame (trailers skipped), bounded by `timer`.
-async fn next_data(body: &mut Incoming, timer: &mut Timer) -> Read {
-    loop {
-        match within(timer, body.frame()).await {
-            None => return Read::TimedOut,
-            Some(None) => return Read::End,
-            Some(Some(Err(_))) => return Read::Failed,
-            Some(Some(Ok(frame))) => {
-                if let Ok(data) = frame.into_data() {
-                    if !data.is_empty() {
-                        return Read::Data(data);
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// A streamed answer: server-sent events or the Bedrock event stream.
 fn is_stream(parts: &Parts) -> bool {
     parts
@@ -177,81 +123,6 @@ fn is_stream(parts: &Parts) -> bool {
         })
 }
 
-/// The first chunk and the rest of a body (bounded by `timer`), or `Err` with what was read once
-/// more than `cap` bytes came (the rest is left unread).
-async fn read_rest(
-    first: Option<Bytes>,
-    body: &mut Incoming,
-    timer: &mut Timer,
-    cap: usize,
-) -> Result<Bytes, Bytes> {
-    let mut held: Vec<Bytes> = first.into_iter().collect();
-    let mut size: usize = held.iter().map(Bytes::len).sum();
-    while size <= cap {
-        match next_data(body, timer).await {
-            Read::Data(d) => {
-                size += d.len();
-                held.push(d);
-            }
-            _ => return Ok(concat(held)),
-        }
-    }
-    Err(concat(held))
-}
-
-/// A gateway-made 502 in the caller's dialect for an upstream answer it could not carry
-/// (untranslatable, over a bound, undecodable): the upstream's status and body are replaced.
-fn bad_gateway(mut parts: Parts, caller: Dialect, message: &str) -> Upstream {
-    let r = caller.render_upstream_error(502, "api_error", message);
-    let body = rendered(&mut parts, r);
-    Upstream::Buffered { parts, body }
-}
-
-/// Puts an error the gateway rendered in place of the upstream's answer: its status, a JSON body
-/// with the dialect's own error headers (Bedrock's `x-amzn-ErrorType`); returns the body.
-fn rendered(parts: &mut Parts, r: sidetrack_dialects::RenderedError) -> Bytes {
-    parts.status = http::StatusCode::from_u16(r.status).unwrap_or(http::StatusCode::BAD_GATEWAY);
-    set_json(parts);
-    for (k, v) in r.headers {
-        if let Ok(v) = http::HeaderValue::from_str(&v) {
-            parts.headers.insert(k, v);
-        }
-    }
-    r.body
-}
-
-/// The body is now one the gateway wrote: JSON, without the upstream body's encoding or length.
-fn set_json(parts: &mut Parts) {
-    crate::server::boundary::body_rewritten(&mut parts.headers);
-    parts.headers.insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-}
-
-/// An upstream error in another format → the same error in the caller's dialect (status
-/// preserved where the caller's dialect has it, type mapped, message capped; the commit redacts
-/// credentials). `Retry-After` and request ids stay.
-fn translate_error(
-    mut parts: Parts,
-    body: &[u8],
-    upstream: Dialect,
-    caller: Dialect,
-) -> (Parts, Bytes) {
-    let status = parts.status.as_u16();
-    let header_type = parts
-        .headers
-        .get("x-amzn-errortype")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let (error_type, message) = upstream.parse_error(status, header_type.as_deref(), body);
-    let message = crate::server::boundary::cap_message(&message);
-    let r = caller.render_upstream_error(status, &error_type, &message);
-    parts.headers.remove("x-amzn-errortype");
-    let body = rendered(&mut parts, r);
-    (parts, body)
-}
-
 /// Runs one attempt up to its commit decision.
 /// (A plain fn returning an `async` block rather than an `async fn`: an `async fn` keeps its
 /// argument twice in its future, as passed and as the local it moves to. See
@@ -260,265 +131,151 @@ fn translate_error(
     clippy::manual_async_fn,
     reason = "an `async fn` would keep its arguments twice in its future"
 )]
-pub fn run(spec: AttemptSpec<'_>) -> impl Future<Output = Attempt> + '_ {
+pub fn run<'a>(
+    client: &HttpClient,
+    request: http::Request<Full<Bytes>>,
+    spec: AttemptSpec<'a>,
+) -> impl Future<Output = Attempt> + 'a {
     // The client's response future (16 bytes) is made here, so the attempt's future holds it and
     // not the request (256 bytes); nothing is sent before the first poll.
-    let AttemptSpec {
-        client, request, ..
-    } = spec;
     let response = client.request(request);
     async move {
         let started = Instant::now();
-        let fbt_deadline = spec.first_byte_timeout.map(|d| started + d);
-        let first_byte_deadline = match fbt_deadline {
-            Some(d) if d < spec.deadline => d,
-            _ => spec.deadline,
+        let sent = send(response, started, spec.first_byte_timeout, spec.deadline).await;
+        let answered = match sent {
+            Ok(a) => a,
+            Err((outcome, detail)) => return failed(started, outcome, detail, None),
         };
-        let timeout_detail = || {
-            if fbt_deadline.is_some_and(|d| d <= spec.deadline) {
-                "firstByteTimeoutMilliseconds"
-            } else {
-                "requestTimeoutMilliseconds"
-            }
+        let first_byte = Some(answered.first_byte);
+        let (outcome, detail, response) = match classify(answered, &spec).await {
+            Ok(c) => c,
+            Err((outcome, detail)) => return failed(started, outcome, detail, first_byte),
         };
-        let failed = |outcome: Outcome, detail: String, first_byte: Option<Duration>| Attempt {
-            outcome,
-            detail: Some(detail),
-            duration: started.elapsed(),
-            first_byte,
-            response: None,
-        };
-
-        let mut timer: Timer = Box::pin(tokio::time::sleep_until(first_byte_deadline));
-        let resp = match within(&mut timer, response).await {
-            None => {
-                return failed(
-                    Outcome::Error(ErrorKind::FirstByteTimeout),
-                    timeout_detail().into(),
-                    None,
-                )
-            }
-            Some(Err(e)) => {
-                let detail = if e.is_connect() {
-                    "connect"
-                } else {
-                    "transport"
-                };
-                return failed(
-                    Outcome::Error(ErrorKind::ConnectionError),
-                    detail.into(),
-                    None,
-                );
-            }
-            Some(Ok(r)) => r,
-        };
-        let (mut parts, mut body) = resp.into_parts();
-        let status = parts.status.as_u16();
-
-        // The first-byte timeout runs until the first body byte, not just the headers.
-        let first = match next_data(&mut body, &mut timer).await {
-            Read::TimedOut => {
-                return failed(
-                    Outcome::Error(ErrorKind::FirstByteTimeout),
-                    timeout_detail().into(),
-                    None,
-                )
-            }
-            Read::Failed => {
-                return failed(
-                    Outcome::Error(ErrorKind::ConnectionError),
-                    "bodyBeforeFirstByte".into(),
-                    None,
-                )
-            }
-            Read::End => None,
-            Read::Data(d) => Some(d),
-        };
-        let first_byte = Some(started.elapsed());
-        // From the first byte on, the request deadline bounds the attempt.
-        if first_byte_deadline != spec.deadline {
-            timer.as_mut().reset(spec.deadline);
-        }
-        let done = |outcome: Outcome, detail: Option<String>, response: Upstream| Attempt {
+        Attempt {
             outcome,
             detail,
             duration: started.elapsed(),
             first_byte,
             response: Some(response),
+        }
+    }
+}
+
+fn failed(
+    started: Instant,
+    outcome: Outcome,
+    detail: &str,
+    first_byte: Option<Duration>,
+) -> Attempt {
+    Attempt {
+        outcome,
+        detail: Some(detail.to_owned()),
+        duration: started.elapsed(),
+        first_byte,
+        response: None,
+    }
+}
+
+/// An answered attempt, classified: its outcome, the knob or event behind a failure, and what
+/// goes to the caller if this hop's answer is returned. `Err`: the answer broke off before it
+/// could be classified (no response to return).
+type Classified = Result<(Outcome, Option<String>, Upstream), (Outcome, &'static str)>;
+
+/// Phase "classify", by the kind of answer.
+async fn classify(answered: Answered, spec: &AttemptSpec<'_>) -> Classified {
+    let Answered {
+        parts,
+        first,
+        mut body,
+        mut timer,
+        ..
+    } = answered;
+    let status = parts.status.as_u16();
+    let translated = spec.upstream != spec.caller;
+    if status >= 400 {
+        // Read the whole (small) error body: if this hop triggers and is the last one used, the
+        // caller gets exactly this response (translated into its dialect when formats differ).
+        // An error body over the cap is cut there: only its message matters.
+        let body = read_rest(first, &mut body, &mut timer, MAX_ERROR_BODY)
+            .await
+            .unwrap_or_else(|cut| cut);
+        let response = if translated {
+            translate::error_answer(parts, &body, spec.upstream, spec.caller)
+        } else {
+            Upstream::Buffered { parts, body }
         };
-
-        let translated = spec.upstream != spec.caller;
-        if status >= 400 {
-            // Read the whole (small) error body: if this hop triggers and is the last one used, the
-            // caller gets exactly this response (translated into its dialect when formats differ).
-            // An error body over the cap is cut there: only its message matters.
-            let body = read_rest(first, &mut body, &mut timer, MAX_ERROR_BODY)
-                .await
-                .unwrap_or_else(|cut| cut);
-            let (parts, body) = if translated {
-                translate_error(parts, &body, spec.upstream, spec.caller)
-            } else {
-                (parts, body)
-            };
-            return done(
-                Outcome::Status(status),
-                None,
-                Upstream::Buffered { parts, body },
+        return Ok((Outcome::Status(status), None, response));
+    }
+    let stream = is_stream(&parts);
+    if translated && !stream {
+        // A whole answer in another format: read it, translate it, send it as one body.
+        let cap = spec.bounds.max_response_bytes;
+        let Ok(raw) = read_rest(first, &mut body, &mut timer, cap).await else {
+            let message = format!(
+                "sidetrack: the upstream answer exceeds server.maxResponseBytes ({cap} bytes)"
             );
-        }
-        let stream = is_stream(&parts);
-        if translated && !stream {
-            // A whole answer in another format: read it, translate it, send it as one body.
-            let cap = spec.bounds.max_response_bytes;
-            let Ok(raw) = read_rest(first, &mut body, &mut timer, cap).await else {
-                let message = format!(
-                    "sidetrack: the upstream answer exceeds server.maxResponseBytes ({cap} bytes)"
-                );
-                return done(
-                    Outcome::Status(502),
-                    Some("responseTooLarge".into()),
-                    bad_gateway(parts, spec.caller, &message),
-                );
-            };
-            return match spec.upstream.parse_response(&raw) {
-                Ok(mut resp) => {
-                    // Converse answers carry neither id nor model: name them as the stream encoders do.
-                    if resp.id.is_empty() {
-                        resp.id = spec.response_id.to_owned();
-                    }
-                    if resp.model.is_empty() {
-                        resp.model = spec.model.to_owned();
-                    }
-                    set_json(&mut parts);
-                    for (name, n) in spec.caller.usage_headers(resp.usage).into_iter().flatten() {
-                        let name = http::HeaderName::from_static(name);
-                        parts.headers.insert(name, http::HeaderValue::from(n));
-                    }
-                    done(
-                        Outcome::from_status(status),
-                        None,
-                        Upstream::Buffered {
-                            parts,
-                            body: spec.caller.render_response(&resp),
-                        },
-                    )
-                }
-                Err(e) => {
-                    let message = format!("sidetrack could not translate the upstream answer: {e}");
-                    done(
-                        Outcome::Status(502),
-                        Some("untranslatableResponse".into()),
-                        bad_gateway(parts, spec.caller, &message),
-                    )
-                }
-            };
-        }
-
-        let Some(first) = first else {
-            return done(
-                Outcome::from_status(status),
-                None,
-                Upstream::Buffered {
-                    parts,
-                    body: Bytes::new(),
-                },
-            );
+            let response = translate::bad_gateway(parts, spec.caller, &message);
+            return Ok((
+                Outcome::Status(502),
+                Some("responseTooLarge".into()),
+                response,
+            ));
         };
-        if !stream {
-            // A plain body: the first byte commits it; the rest streams through as it arrives.
-            return done(
-                Outcome::from_status(status),
-                None,
-                Upstream::Live {
-                    parts,
-                    held: vec![first],
-                    rest: body,
-                    pipe: None,
-                    deadline: timer,
-                },
-            );
-        }
+        let names = (spec.response_id, spec.model);
+        let answer = translate::whole_answer(parts, &raw, spec.upstream, spec.caller, names);
+        return Ok(match answer {
+            (response, None) => (Outcome::from_status(status), None, response),
+            (bad, Some(why)) => (Outcome::Status(502), Some(why.into()), bad),
+        });
+    }
+    let Some(first) = first else {
+        let response = Upstream::Buffered {
+            parts,
+            body: Bytes::new(),
+        };
+        return Ok((Outcome::from_status(status), None, response));
+    };
+    if !stream {
+        // A plain body: the first byte commits it; the rest streams through as it arrives.
+        let response = Upstream::Live {
+            parts,
+            held: vec![first],
+            rest: body,
+            pipe: None,
+            deadline: timer,
+        };
+        return Ok((Outcome::from_status(status), None, response));
+    }
+    stream_answer(parts, first, body, timer, spec).await
+}
 
-        let mut pipe = Box::new(Pipe::new(
-            spec.upstream,
-            spec.caller,
-            spec.response_id,
-            spec.model,
-            spec.bounds.max_stream_event_bytes,
-            spec.strip_usage,
-            spec.caller_usage,
-        ));
-        if translated {
-            let ct = http::HeaderValue::from_static(spec.caller.stream_content_type());
-            parts.headers.insert(http::header::CONTENT_TYPE, ct);
-            parts.headers.remove("x-amzn-bedrock-content-type");
+/// A streamed answer: through the stream pipe, held until the commit decision.
+async fn stream_answer(
+    mut parts: Parts,
+    first: Bytes,
+    body: Incoming,
+    timer: Timer,
+    spec: &AttemptSpec<'_>,
+) -> Classified {
+    let pipe = Box::new(Pipe::new(
+        spec.upstream,
+        spec.caller,
+        spec.response_id,
+        spec.model,
+        spec.bounds.max_stream_event_bytes,
+        spec.strip_usage,
+        spec.caller_usage,
+    ));
+    if spec.upstream != spec.caller {
+        commit::set_stream_content_type(&mut parts, spec.caller);
+    }
+    match commit::hold(parts, first, body, timer, pipe, spec.stream_commit).await {
+        Held::Decided(outcome, detail, response) => Ok((outcome, detail, response)),
+        Held::ProtocolFailure(parts, why, what) => {
+            let message = format!("sidetrack: {what}");
+            let response = translate::bad_gateway(parts, spec.caller, &message);
+            Ok((Outcome::Status(502), Some(why.into()), response))
         }
-        let mut read_len = first.len();
-        let out = pipe.feed_until_decided(first);
-        let mut held = vec![out];
-        loop {
-            // firstByte commits here; firstToken holds the preamble until an event decides: content,
-            // the stream's end, or an error event (the attempt failed). A stream that breaks a bound
-            // or its framing, or says nothing decidable in MAX_HELD_BYTES, fails as a 502 (§14).
-            let seen = pipe.state();
-            let protocol_failure = |why: &str, what: &str, parts: Parts| {
-                let message = format!("sidetrack: {what}");
-                let response = bad_gateway(parts, spec.caller, &message);
-                done(Outcome::Status(502), Some(why.into()), response)
-            };
-            if let Some(why) = seen.protocol_failure {
-                let what = "an upstream stream event exceeds its bound or does not decode";
-                return protocol_failure(why, what, parts);
-            }
-            let decided = if spec.stream_commit == StreamCommit::FirstByte {
-                Some((Outcome::from_status(status), None))
-            } else if let Some((code, error_type)) = &seen.error {
-                Some((
-                    Outcome::Status(*code),
-                    Some(format!("streamErrorEvent:{error_type}")),
-                ))
-            } else if seen.seen_content || seen.seen_done {
-                Some((Outcome::from_status(status), None))
-            } else {
-                None
-            };
-            if let Some((outcome, detail)) = decided {
-                let response = Upstream::Live {
-                    parts,
-                    held,
-                    rest: body,
-                    pipe: Some(pipe),
-                    deadline: timer,
-                };
-                return done(outcome, detail, response);
-            }
-            if read_len > MAX_HELD_BYTES {
-                let what = "the upstream stream said nothing decidable in its first 64 KiB";
-                return protocol_failure("undecidedPreamble", what, parts);
-            }
-            match next_data(&mut body, &mut timer).await {
-                Read::Data(d) => {
-                    read_len += d.len();
-                    let out = pipe.feed_until_decided(d);
-                    if !out.is_empty() {
-                        held.push(out);
-                    }
-                }
-                Read::End | Read::Failed => {
-                    return failed(
-                        Outcome::Error(ErrorKind::ConnectionError),
-                        "streamEndedBeforeFirstToken".into(),
-                        first_byte,
-                    )
-                }
-                Read::TimedOut => {
-                    return failed(
-                        Outcome::Error(ErrorKind::FirstByteTimeout),
-                        "requestTimeoutMilliseconds".into(),
-                        first_byte,
-                    )
-                }
-            }
-        }
+        Held::Failed(outcome, detail) => Err((outcome, detail)),
     }
 }

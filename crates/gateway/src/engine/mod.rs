@@ -3,8 +3,11 @@
 //! sidetrack.
 
 pub mod attempt;
+mod body;
+mod commit;
 pub mod pipe;
 pub mod relay;
+mod send;
 mod translate;
 
 use std::future::Future;
@@ -375,20 +378,23 @@ async fn attempt_one(
                 })
             }
         };
-        attempt::run(attempt::AttemptSpec {
-            client: input.upstreams.client(dest.target_index),
+        let client = input.upstreams.client(dest.target_index);
+        attempt::run(
+            client,
             request,
-            upstream: format,
-            caller: input.request.dialect,
-            response_id: input.request_id,
-            model: &dest.model,
-            first_byte_timeout: hop.policy.first_byte_timeout,
-            deadline: input.deadline,
-            stream_commit: input.stream_commit,
-            bounds: input.bounds,
-            strip_usage,
-            caller_usage: input.request.stream_usage == Some(true),
-        })
+            attempt::AttemptSpec {
+                upstream: format,
+                caller: input.request.dialect,
+                response_id: input.request_id,
+                model: &dest.model,
+                first_byte_timeout: hop.policy.first_byte_timeout,
+                deadline: input.deadline,
+                stream_commit: input.stream_commit,
+                bounds: input.bounds,
+                strip_usage,
+                caller_usage: input.request.stream_usage == Some(true),
+            },
+        )
     }
     .await)
 }
