@@ -610,7 +610,7 @@ async fn a_request_that_completes_is_not_taken_for_an_abandoned_one() {
         assert_eq!(r.status, 200);
         let rec = env.record(i + 1).await;
         assert_eq!(
-            (rec.outcome, &*rec.reason),
+            (rec.outcome.as_str(), &*rec.reason),
             ("SERVED", "servedByPrimary"),
             "{rec:?}"
         );
@@ -639,7 +639,7 @@ targets:
     assert_eq!(first.status, 200, "{}", first.body);
     assert!(first.body.contains("hello"));
     let rec = env.record(1).await;
-    assert_eq!((rec.outcome, rec.usage), ("SERVED", None));
+    assert_eq!((rec.outcome.as_str(), rec.usage), ("SERVED", None));
     // The first reserved about 260 tokens (prompt estimate + 256); kept, a second does not fit.
     let second = env.post("/v1/chat/completions", body, &auth).await;
     assert_eq!(second.status, 429, "{}", second.body);

@@ -23,11 +23,11 @@ use sidetrack_resilience::{
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
-use crate::health::{Admit, DestHealth, Health, ProbeGuard, Verdict};
 use crate::observe::metrics::Metrics;
 use crate::observe::{ms, AttemptRecord, SkipRecord};
 use crate::providers::{self, Upstreams};
 use crate::routing::{Dest, Hop, Picker, Plan};
+use crate::state::{Admit, DestHealth, Health, ProbeGuard, Verdict};
 pub use attempt::Upstream;
 
 /// What the walk hands to the commit phase: the response to return (if any hop answered) and the
@@ -233,7 +233,7 @@ pub fn walk<'a, 'p>(input: WalkInput<'a, 'p>) -> impl Future<Output = WalkOutput
 
             let span_start = input.metrics.traces().start(); // None (and nothing else) when off
             let in_flight = health.in_flight();
-            let attempt = match attempt_one(dest, hop, &input).await {
+            let mut attempt = match attempt_one(dest, hop, &input).await {
                 Ok(a) => a,
                 Err(untranslatable) => {
                     drop(probe); // releases a probe slot it may hold: no verdict
@@ -245,33 +245,14 @@ pub fn walk<'a, 'p>(input: WalkInput<'a, 'p>) -> impl Future<Output = WalkOutput
             drop(in_flight);
 
             let (fired, step) = walk::step(attempt.outcome, &hop.policy.triggers, is_last);
-            let condition = input.health.condition(&dest.target.name);
-            let verdict = verdict(&attempt, fired, condition.as_deref());
-            input
-                .health
-                .record(&health, verdict, probe, attempt.first_byte);
-            health
-                .metrics
-                .attempt(attempt.outcome, attempt.duration, attempt.first_byte);
-            out.attempts.push(AttemptRecord {
-                hop: hop.index,
-                target: health.target.clone(),
-                model: health.model.clone(),
-                outcome: attempt.outcome,
-                status: attempt.outcome.status(),
-                error_kind: attempt.outcome.error_kind().map(ErrorKind::as_str),
-                detail: attempt.detail,
-                duration_ms: ms(attempt.duration),
-                first_byte_ms: attempt.first_byte.map(ms),
-                breaker: walk::attempt_breaker_label(admitted),
-            });
-            if let (Some(start), Some(rec)) = (span_start, out.attempts.last()) {
+            let chosen = (dest, &health, admitted);
+            let rec = record_attempt(&input, hop, chosen, &mut attempt, fired, probe);
+            if let Some(start) = span_start {
                 // The attempt span ends here: the attempt is classified and recorded.
-                input
-                    .metrics
-                    .traces()
-                    .attempt(start, input.request_id, dest.target, rec);
+                let traces = input.metrics.traces();
+                traces.attempt(start, input.request_id, dest.target, &rec);
             }
+            out.attempts.push(rec);
             let upstream = if fired {
                 attempt.response.map(Upstream::into_buffered)
             } else {
@@ -291,6 +272,38 @@ pub fn walk<'a, 'p>(input: WalkInput<'a, 'p>) -> impl Future<Output = WalkOutput
             }
         }
         out
+    }
+}
+
+/// Phase "record health" and the attempt's record: the verdict goes to the destination's breaker,
+/// the outcome to its metrics, and the routing log gets the attempt.
+fn record_attempt(
+    input: &WalkInput<'_, '_>,
+    hop: &Hop<'_>,
+    (dest, health, admitted): (&Dest<'_>, &Arc<DestHealth>, Admitted),
+    attempt: &mut attempt::Attempt,
+    fired: bool,
+    probe: Option<ProbeGuard>,
+) -> AttemptRecord {
+    let condition = input.health.condition(&dest.target.name);
+    let verdict = verdict(attempt, fired, condition.as_deref());
+    input
+        .health
+        .record(health, verdict, probe, attempt.first_byte);
+    health
+        .metrics
+        .attempt(attempt.outcome, attempt.duration, attempt.first_byte);
+    AttemptRecord {
+        hop: hop.index,
+        target: health.target.clone(),
+        model: health.model.clone(),
+        outcome: attempt.outcome,
+        status: attempt.outcome.status(),
+        error_kind: attempt.outcome.error_kind().map(ErrorKind::as_str),
+        detail: attempt.detail.take(),
+        duration_ms: ms(attempt.duration),
+        first_byte_ms: attempt.first_byte.map(ms),
+        breaker: walk::attempt_breaker_label(admitted),
     }
 }
 

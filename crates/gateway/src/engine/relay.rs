@@ -203,6 +203,77 @@ impl<F: OnFinish> RelayBody<F> {
         }
     }
 
+    /// One upstream chunk on its way to the caller: through the pipe (a stream) or as it is (a
+    /// plain body, whose first bytes are kept to read usage from). `None`: nothing to send yet.
+    fn forward(&mut self, data: Bytes) -> Option<Bytes> {
+        let Some(pipe) = self.pipe.as_mut() else {
+            if let Some((chunks, len)) = self.capture.as_mut() {
+                *len += data.len();
+                if *len <= MAX_CAPTURE {
+                    chunks.push(data.clone());
+                } else {
+                    self.capture = None;
+                }
+            }
+            return Some(data);
+        };
+        let had_error = pipe.state().error.is_some();
+        let out = if pipe.passes_through() {
+            // Forward now; the pipe reads it later (the previous chunk, if still unread, is read
+            // first to keep the order).
+            if let Some(previous) = self.unwatched.replace(data.clone()) {
+                pipe.watch(&previous);
+            }
+            self.behind = true;
+            pipe.outgoing(data)
+        } else {
+            pipe.feed(data)
+        };
+        self.read_state(had_error);
+        (!out.is_empty()).then_some(out)
+    }
+
+    /// The upstream connection broke mid-body: a stream gets its error event (queued); a plain
+    /// body can only be cut, with the error returned here.
+    fn upstream_lost(&mut self) -> Option<BoxError> {
+        self.fail(
+            "upstreamConnectionLost",
+            "sidetrack: upstream connection lost mid-stream",
+        );
+        if self.pipe.is_some() {
+            return None;
+        }
+        self.finish();
+        Some("upstream connection lost mid-body".into())
+    }
+
+    /// The upstream body ended: the pipe's last bytes are queued; a stream that ended without its
+    /// explicit end (or an error event) gets the explicit error instead of `[DONE]`.
+    fn upstream_ended(&mut self) {
+        self.catch_up();
+        if let Some(p) = self.pipe.as_mut() {
+            let tail = p.end();
+            if !tail.is_empty() {
+                self.held.push_back(tail);
+            }
+        }
+        let ended_cleanly = self
+            .pipe
+            .as_ref()
+            .is_none_or(|p| p.state().seen_done || p.state().error.is_some());
+        if ended_cleanly {
+            self.rest = None;
+            if let Some(p) = self.pipe.as_mut() {
+                self.held.extend(p.take_carry());
+            }
+        } else {
+            self.fail(
+                "streamEndedWithoutDone",
+                "sidetrack: upstream ended the stream early",
+            );
+        }
+    }
+
     fn finish(&mut self) {
         self.catch_up();
         if let Some(f) = self.on_finish.take() {
@@ -248,11 +319,8 @@ impl<F: OnFinish> Body for RelayBody<F> {
             this.catch_up();
         }
         loop {
-            if let Some(b) = this.held.pop_front() {
+            if let Some(b) = this.held.pop_front().or_else(|| this.trailer.take()) {
                 return Poll::Ready(Some(Ok(Frame::data(b))));
-            }
-            if let Some(t) = this.trailer.take() {
-                return Poll::Ready(Some(Ok(Frame::data(t))));
             }
             if this.rest.is_none() {
                 this.finish();
@@ -283,75 +351,16 @@ impl<F: OnFinish> Body for RelayBody<F> {
                     return Poll::Pending;
                 }
                 Poll::Ready(Some(Ok(frame))) => {
-                    let Ok(data) = frame.into_data() else {
-                        continue;
-                    };
-                    match this.pipe.as_mut() {
-                        Some(pipe) => {
-                            let had_error = pipe.state().error.is_some();
-                            let out = if pipe.passes_through() {
-                                // Forward now; the pipe reads it later (the previous chunk, if
-                                // still unread, is read first to keep the order).
-                                if let Some(previous) = this.unwatched.replace(data.clone()) {
-                                    pipe.watch(&previous);
-                                }
-                                this.behind = true;
-                                pipe.outgoing(data)
-                            } else {
-                                pipe.feed(data)
-                            };
-                            this.read_state(had_error);
-                            if !out.is_empty() {
-                                return Poll::Ready(Some(Ok(Frame::data(out))));
-                            }
-                        }
-                        None => {
-                            if let Some((chunks, len)) = this.capture.as_mut() {
-                                *len += data.len();
-                                if *len <= MAX_CAPTURE {
-                                    chunks.push(data.clone());
-                                } else {
-                                    this.capture = None;
-                                }
-                            }
-                            return Poll::Ready(Some(Ok(Frame::data(data))));
-                        }
+                    if let Some(out) = frame.into_data().ok().and_then(|d| this.forward(d)) {
+                        return Poll::Ready(Some(Ok(Frame::data(out))));
                     }
                 }
                 Poll::Ready(Some(Err(_))) => {
-                    this.fail(
-                        "upstreamConnectionLost",
-                        "sidetrack: upstream connection lost mid-stream",
-                    );
-                    if this.pipe.is_none() {
-                        this.finish();
-                        return Poll::Ready(Some(Err("upstream connection lost mid-body".into())));
+                    if let Some(end) = this.upstream_lost() {
+                        return Poll::Ready(Some(Err(end)));
                     }
                 }
-                Poll::Ready(None) => {
-                    this.catch_up();
-                    if let Some(p) = this.pipe.as_mut() {
-                        let tail = p.end();
-                        if !tail.is_empty() {
-                            this.held.push_back(tail);
-                        }
-                    }
-                    let ended_cleanly = this
-                        .pipe
-                        .as_ref()
-                        .is_none_or(|p| p.state().seen_done || p.state().error.is_some());
-                    if ended_cleanly {
-                        this.rest = None;
-                        if let Some(p) = this.pipe.as_mut() {
-                            this.held.extend(p.take_carry());
-                        }
-                    } else {
-                        this.fail(
-                            "streamEndedWithoutDone",
-                            "sidetrack: upstream ended the stream early",
-                        );
-                    }
-                }
+                Poll::Ready(None) => this.upstream_ended(),
             }
         }
     }

@@ -6,7 +6,8 @@ pub mod routing_log;
 pub mod trace;
 
 pub use routing_log::{
-    AttemptRecord, RequestId, RoutingLog, RoutingRecord, ServedBy, SkipRecord, UsageRecord,
+    AttemptRecord, RequestId, RequestOutcome, RoutingLog, RoutingRecord, ServedBy, SkipRecord,
+    UsageRecord,
 };
 pub use trace::Traces;
 

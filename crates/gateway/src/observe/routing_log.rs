@@ -68,8 +68,7 @@ pub struct RoutingRecord {
     pub requested_model: Option<String>,
     pub rule_name: Option<String>,
     pub match_type: Option<&'static str>,
-    /// SERVED | ERROR | REJECTED
-    pub outcome: &'static str,
+    pub outcome: RequestOutcome,
     pub reason: Cow<'static, str>,
     pub served_by: Option<ServedBy>,
     pub status: u16,
@@ -82,6 +81,43 @@ pub struct RoutingRecord {
     pub latency_ms: f64,
     pub ttft_ms: Option<f64>,
     pub usage: Option<UsageRecord>,
+}
+
+/// How a request ended (the routing log's `outcome`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RequestOutcome {
+    /// A destination's successful answer went to the caller.
+    Served,
+    /// The caller got an error: an upstream's, or the gateway's after a walk (chain exhausted,
+    /// nothing eligible, unroutable), or a failure after the commit.
+    Error,
+    /// The gateway refused the request before routing (auth, size, parse, access, rate limit).
+    Rejected,
+    /// The caller went away before the answer ended (SPEC §14).
+    Cancelled,
+}
+
+impl RequestOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestOutcome::Served => "SERVED",
+            RequestOutcome::Error => "ERROR",
+            RequestOutcome::Rejected => "REJECTED",
+            RequestOutcome::Cancelled => "CANCELLED",
+        }
+    }
+}
+
+impl Serialize for RequestOutcome {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for RequestOutcome {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
 }
 
 /// A request id: a UUIDv7 (RFC 9562) — 48 bits of Unix milliseconds, so ids sort by time, and 74
@@ -445,7 +481,7 @@ mod tests {
             requested_model: Some(format!("m-{i}")),
             rule_name: None,
             match_type: Some("DEFAULT"),
-            outcome: "SERVED",
+            outcome: RequestOutcome::Served,
             reason: Cow::Borrowed("servedByPrimary"),
             served_by: None,
             status: 200,

@@ -39,7 +39,7 @@ use opentelemetry_sdk::trace::{
 use opentelemetry_sdk::Resource;
 use sidetrack_config::{ProviderKind, Target};
 
-use super::{AttemptRecord, RoutingRecord};
+use super::{AttemptRecord, RequestOutcome, RoutingRecord};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The OTLP exporter's per-request timeout (the OTLP default).
@@ -271,36 +271,7 @@ impl Traces {
     /// answered). `provider` is the kind of the target that served, when one did.
     pub fn request(&self, start: SystemTime, rec: &RoutingRecord, provider: Option<ProviderKind>) {
         let Some(inner) = &self.inner else { return };
-        let mut attrs = Vec::with_capacity(24);
-        attrs.push(KeyValue::new(keys::GEN_AI_OPERATION_NAME, OPERATION));
-        if let Some(p) = provider.map(provider_name) {
-            attrs.push(KeyValue::new(keys::GEN_AI_PROVIDER_NAME, p));
-            attrs.push(KeyValue::new(keys::GEN_AI_SYSTEM, p));
-        }
-        if let Some(m) = &rec.requested_model {
-            attrs.push(KeyValue::new(keys::GEN_AI_REQUEST_MODEL, m.clone()));
-        }
-        if let Some(s) = &rec.served_by {
-            attrs.push(KeyValue::new(keys::GEN_AI_RESPONSE_MODEL, s.model.clone()));
-            attrs.push(KeyValue::new(keys::TARGET, s.target.clone()));
-        }
-        if let Some(u) = &rec.usage {
-            attrs.push(KeyValue::new(
-                keys::GEN_AI_USAGE_INPUT_TOKENS,
-                saturating_i64(u.input_tokens),
-            ));
-            attrs.push(KeyValue::new(
-                keys::GEN_AI_USAGE_OUTPUT_TOKENS,
-                saturating_i64(u.output_tokens),
-            ));
-        }
-        attrs.push(KeyValue::new(keys::HTTP_REQUEST_METHOD, "POST"));
-        attrs.push(KeyValue::new(keys::URL_PATH, rec.request_path.clone()));
-        attrs.push(KeyValue::new(
-            keys::HTTP_RESPONSE_STATUS_CODE,
-            i64::from(rec.status),
-        ));
-        let failed = rec.outcome != "SERVED";
+        let failed = rec.outcome != RequestOutcome::Served;
         let error = failed.then(|| {
             if rec.mid_stream_error {
                 "MID_STREAM_ERROR".to_owned()
@@ -308,33 +279,7 @@ impl Traces {
                 rec.status.to_string()
             }
         });
-        if let Some(e) = &error {
-            attrs.push(KeyValue::new(keys::ERROR_TYPE, e.clone()));
-        }
-        attrs.push(KeyValue::new(keys::REQUEST_ID, rec.request_id.to_string()));
-        attrs.push(KeyValue::new(keys::REASON, rec.reason.clone()));
-        if let Some(r) = &rec.rule_name {
-            attrs.push(KeyValue::new(keys::RULE, r.clone()));
-        }
-        if let Some(m) = rec.match_type {
-            attrs.push(KeyValue::new(keys::MATCH_TYPE, m));
-        }
-        if let Some(h) = rec.fallback_hop {
-            attrs.push(KeyValue::new(keys::FALLBACK_HOP, h as i64));
-        }
-        attrs.push(KeyValue::new(keys::REQUEST_OUTCOME, rec.outcome));
-        attrs.push(KeyValue::new(keys::DIALECT, rec.dialect));
-        attrs.push(KeyValue::new(keys::PRINCIPAL, rec.principal.clone()));
-        attrs.push(KeyValue::new(keys::ATTEMPTS, rec.attempts.len() as i64));
-        attrs.push(KeyValue::new(keys::SKIPPED, rec.skipped.len() as i64));
-        attrs.push(KeyValue::new(keys::STREAMED, rec.streamed));
-        if rec.mid_stream_error {
-            attrs.push(KeyValue::new(keys::MID_STREAM_ERROR, true));
-        }
-        if let Some(t) = rec.ttft_ms {
-            attrs.push(KeyValue::new(keys::TTFT_MS, t));
-        }
-
+        let attrs = request_attributes(rec, provider, error.as_deref());
         let name = match &rec.requested_model {
             Some(m) => format!("{OPERATION} {m}"),
             None => OPERATION.to_owned(),
@@ -397,6 +342,71 @@ impl Traces {
             .await
             .map_err(|e| e.to_string())?
     }
+}
+
+/// The request span's attributes: GenAI semantic conventions, HTTP, and sidetrack's own.
+fn request_attributes(
+    rec: &RoutingRecord,
+    provider: Option<ProviderKind>,
+    error: Option<&str>,
+) -> Vec<KeyValue> {
+    let mut attrs = Vec::with_capacity(24);
+    attrs.push(KeyValue::new(keys::GEN_AI_OPERATION_NAME, OPERATION));
+    if let Some(p) = provider.map(provider_name) {
+        attrs.push(KeyValue::new(keys::GEN_AI_PROVIDER_NAME, p));
+        attrs.push(KeyValue::new(keys::GEN_AI_SYSTEM, p));
+    }
+    if let Some(m) = &rec.requested_model {
+        attrs.push(KeyValue::new(keys::GEN_AI_REQUEST_MODEL, m.clone()));
+    }
+    if let Some(s) = &rec.served_by {
+        attrs.push(KeyValue::new(keys::GEN_AI_RESPONSE_MODEL, s.model.clone()));
+        attrs.push(KeyValue::new(keys::TARGET, s.target.clone()));
+    }
+    if let Some(u) = &rec.usage {
+        attrs.push(KeyValue::new(
+            keys::GEN_AI_USAGE_INPUT_TOKENS,
+            saturating_i64(u.input_tokens),
+        ));
+        attrs.push(KeyValue::new(
+            keys::GEN_AI_USAGE_OUTPUT_TOKENS,
+            saturating_i64(u.output_tokens),
+        ));
+    }
+    attrs.push(KeyValue::new(keys::HTTP_REQUEST_METHOD, "POST"));
+    attrs.push(KeyValue::new(keys::URL_PATH, rec.request_path.clone()));
+    attrs.push(KeyValue::new(
+        keys::HTTP_RESPONSE_STATUS_CODE,
+        i64::from(rec.status),
+    ));
+    if let Some(e) = error {
+        attrs.push(KeyValue::new(keys::ERROR_TYPE, e.to_owned()));
+    }
+    attrs.push(KeyValue::new(keys::REQUEST_ID, rec.request_id.to_string()));
+    attrs.push(KeyValue::new(keys::REASON, rec.reason.clone()));
+    if let Some(r) = &rec.rule_name {
+        attrs.push(KeyValue::new(keys::RULE, r.clone()));
+    }
+    if let Some(m) = rec.match_type {
+        attrs.push(KeyValue::new(keys::MATCH_TYPE, m));
+    }
+    if let Some(h) = rec.fallback_hop {
+        attrs.push(KeyValue::new(keys::FALLBACK_HOP, h as i64));
+    }
+    attrs.push(KeyValue::new(keys::REQUEST_OUTCOME, rec.outcome.as_str()));
+    attrs.push(KeyValue::new(keys::DIALECT, rec.dialect));
+    attrs.push(KeyValue::new(keys::PRINCIPAL, rec.principal.clone()));
+    attrs.push(KeyValue::new(keys::ATTEMPTS, rec.attempts.len() as i64));
+    attrs.push(KeyValue::new(keys::SKIPPED, rec.skipped.len() as i64));
+    attrs.push(KeyValue::new(keys::STREAMED, rec.streamed));
+    if rec.mid_stream_error {
+        attrs.push(KeyValue::new(keys::MID_STREAM_ERROR, true));
+    }
+    if let Some(t) = rec.ttft_ms {
+        attrs.push(KeyValue::new(keys::TTFT_MS, t));
+    }
+
+    attrs
 }
 
 /// `gen_ai.provider.name` for a target's provider kind.

@@ -13,10 +13,10 @@ use tokio::task::JoinHandle;
 
 use super::listen::{serve, serve_io, App};
 use super::{Runtime, Shared};
-use crate::health::{Clock, Health};
 use crate::observe::metrics::Metrics;
 use crate::observe::{RoutingLog, Traces};
 use crate::routing::Picker;
+use crate::state::{Clock, Health};
 
 /// Produces a freshly loaded config for `POST /admin/reload` (the binary re-reads its file).
 pub type ReloadFn = Box<dyn Fn() -> Result<Config, String> + Send + Sync>;
@@ -140,7 +140,7 @@ pub async fn start(
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let metrics = Arc::new(Metrics::for_log(&log).with_traces(traces));
     let health = Health::new(options.clock, metrics.clone(), &config);
-    let limiter = Arc::new(crate::limits::RateLimiter::new(health.store()));
+    let limiter = Arc::new(crate::state::limits::RateLimiter::new(health.store()));
     let shared = Arc::new(Shared {
         health,
         runtime: ArcSwap::from_pointee(Runtime::new(config)),

@@ -2,6 +2,7 @@
 
 pub(crate) mod boundary;
 mod cors;
+mod finish;
 mod lifecycle;
 mod listen;
 pub mod paths;
@@ -29,11 +30,11 @@ use sidetrack_dialects::{Dialect, GatewayErrorKind, ParsedRequest};
 
 use crate::auth::{AuthError, KeyTable, Principal};
 use crate::engine::{self, WalkInput};
-use crate::health::Health;
 use crate::observe::metrics::Metrics;
 use crate::observe::RoutingLog;
 use crate::providers::Upstreams;
 use crate::routing::{self, Picker, Resolved, RouteInput};
+use crate::state::Health;
 pub use respond::RequestCtx;
 
 /// Everything derived from one loaded config. Swapped atomically on reload; a request keeps the
@@ -75,7 +76,7 @@ pub struct Shared {
     /// How `POST /admin/reload` gets a new config (the binary re-reads its file).
     pub reload: Option<ReloadFn>,
     /// Gateway rate limits per principal (shared through the state store when there is one).
-    pub limiter: Arc<crate::limits::RateLimiter>,
+    pub limiter: Arc<crate::state::limits::RateLimiter>,
 }
 
 impl Shared {
@@ -215,47 +216,17 @@ fn handle(
         let deadline = ctx.started + server.request_timeout;
 
         // authenticate
-        let principal: Arc<Principal> = match rt.keys.authenticate(&parts.headers) {
+        let principal: Arc<Principal> = match authenticate(&rt, &parts.headers) {
             Ok(p) => p,
-            Err(e) => {
-                let why = if e == AuthError::Missing {
-                    "missingKey"
-                } else {
-                    "invalidKey"
-                };
-                return ctx.reject(GatewayErrorKind::Unauthenticated, auth_message(e), why);
-            }
+            Err(r) => return ctx.refuse(r),
         };
         ctx.principal = Some(principal.name.clone());
 
-        // admit (size)
-        let limit = server.max_request_bytes;
-        let declared = parts
-            .headers
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok());
-        if declared.is_some_and(|n| n > limit) {
-            return ctx.reject(GatewayErrorKind::TooLarge, &too_large(limit), "tooLarge");
-        }
+        // admit (size), then the body
         let sticky_header = sticky_header_value(&rt.config, &parts.headers);
-        let body_deadline = ctx.started + server.body_read_timeout;
-        let body = match read_body(body, limit, body_deadline).await {
+        let body = match admitted_body(body, &parts.headers, server, ctx.started).await {
             Ok(b) => b,
-            Err(BodyError::TooLarge) => {
-                return ctx.reject(GatewayErrorKind::TooLarge, &too_large(limit), "tooLarge")
-            }
-            Err(BodyError::TimedOut) => {
-                let msg = body_too_slow(server.body_read_timeout);
-                return ctx.reject(GatewayErrorKind::RequestTimeout, &msg, "bodyTimeout");
-            }
-            Err(BodyError::Failed) => {
-                return ctx.reject(
-                    GatewayErrorKind::InvalidRequest,
-                    "could not read the request body",
-                    "badBody",
-                )
-            }
+            Err(r) => return ctx.refuse(r),
         };
 
         // parse
@@ -269,12 +240,8 @@ fn handle(
         ctx.requested_model = Some(parsed.model.clone());
         ctx.streamed = parsed.stream;
         // access: the principal's allow-list, for every route (a pin is checked by its model part)
-        if !principal.may_use(routing::access_name(&rt.config, &parsed.model)) {
-            let msg = format!(
-                "principal `{}` may not use model `{}`",
-                principal.name, parsed.model
-            );
-            return ctx.reject(GatewayErrorKind::PermissionDenied, &msg, "modelNotAllowed");
+        if let Err(r) = authorize(&principal, &rt.config, &parsed.model) {
+            return ctx.refuse(r);
         }
 
         // admit (gateway rate limits): before any route is walked, so a refusal costs no upstream call
@@ -327,6 +294,77 @@ fn handle(
         // commit and respond
         ctx.commit(out, &rt.secrets)
     }
+}
+
+/// Why a request is refused before routing: the error kind, the message, and the routing log's
+/// `gatewayRejected:<why>`.
+pub(crate) struct Refusal {
+    pub kind: GatewayErrorKind,
+    pub message: Cow<'static, str>,
+    pub why: &'static str,
+}
+
+/// Phase "authenticate": the caller's key names a principal (or auth is off: `anonymous`).
+fn authenticate(rt: &Runtime, headers: &HeaderMap) -> Result<Arc<Principal>, Refusal> {
+    rt.keys.authenticate(headers).map_err(|e| Refusal {
+        kind: GatewayErrorKind::Unauthenticated,
+        message: auth_message(e).into(),
+        why: if e == AuthError::Missing {
+            "missingKey"
+        } else {
+            "invalidKey"
+        },
+    })
+}
+
+/// Phase "admit (size)" and the body: a declared length over `maxRequestBytes` is refused before
+/// a byte is read; the body is read whole within its limit and `bodyReadTimeoutMilliseconds`.
+async fn admitted_body(
+    body: Body,
+    headers: &HeaderMap,
+    server: &sidetrack_config::Server,
+    started: tokio::time::Instant,
+) -> Result<bytes::Bytes, Refusal> {
+    let limit = server.max_request_bytes;
+    let too_big = || Refusal {
+        kind: GatewayErrorKind::TooLarge,
+        message: too_large(limit).into(),
+        why: "tooLarge",
+    };
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_big());
+    }
+    match read_body(body, limit, started + server.body_read_timeout).await {
+        Ok(b) => Ok(b),
+        Err(BodyError::TooLarge) => Err(too_big()),
+        Err(BodyError::TimedOut) => Err(Refusal {
+            kind: GatewayErrorKind::RequestTimeout,
+            message: body_too_slow(server.body_read_timeout).into(),
+            why: "bodyTimeout",
+        }),
+        Err(BodyError::Failed) => Err(Refusal {
+            kind: GatewayErrorKind::InvalidRequest,
+            message: "could not read the request body".into(),
+            why: "badBody",
+        }),
+    }
+}
+
+/// Access: the principal's `models` allow-list, checked for every route (SPEC §5.2; a pin by its
+/// model part). Rules select; they do not authorize.
+fn authorize(principal: &Principal, cfg: &Config, model: &str) -> Result<(), Refusal> {
+    if principal.may_use(routing::access_name(cfg, model)) {
+        return Ok(());
+    }
+    Err(Refusal {
+        kind: GatewayErrorKind::PermissionDenied,
+        message: format!("principal `{}` may not use model `{model}`", principal.name).into(),
+        why: "modelNotAllowed",
+    })
 }
 
 enum BodyError {

@@ -1,6 +1,7 @@
 //! Phase "commit": the one place where walk results and gateway errors become responses, with the
-//! `x-sidetrack-*` headers, the caller retry hint, and the routing log record. Every request ends
-//! here with exactly one record: answered, or abandoned by its caller (`CANCELLED`).
+//! `x-sidetrack-*` headers, the caller retry hint, and the routing record. Every request ends with
+//! exactly one record — answered, or abandoned by its caller (`CANCELLED`) — written by the finish
+//! phase ([`super::finish`]). When an attempt's answer is decided is `engine/commit.rs`.
 
 use axum::body::Body;
 use axum::response::Response;
@@ -10,17 +11,18 @@ use sidetrack_dialects::{Dialect, GatewayErrorKind};
 use sidetrack_resilience::{ErrorKind, Outcome};
 use tokio::time::Instant;
 
-use crate::engine::relay::{OnFinish, RelayBody, RelayEnd};
+use super::finish::{finish_record, settle, Finish, CALLER_CANCELLED, CLIENT_CLOSED_REQUEST};
+use crate::engine::relay::RelayBody;
 use crate::engine::{Returned, Upstream, WalkOutput};
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::health::DestHealth;
 use crate::observe::metrics::InFlightGuard;
-use crate::observe::{ms, RequestId, RoutingRecord, ServedBy, UsageRecord};
+use crate::observe::{ms, RequestId, RequestOutcome, RoutingRecord, ServedBy, UsageRecord};
 use crate::server::{boundary, Shared};
+use crate::state::DestHealth;
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-sidetrack-request-id");
 static SERVED_BY: HeaderName = HeaderName::from_static("x-sidetrack-served-by");
@@ -51,16 +53,10 @@ pub struct RequestCtx {
     /// The request span's start, when tracing is on (SPEC §7.3).
     trace_start: Option<SystemTime>,
     /// Tokens reserved under the principal's rate limit, settled with the real usage at the end.
-    pub reservation: Option<crate::limits::Reservation>,
+    pub reservation: Option<crate::state::limits::Reservation>,
     /// The record was written (or handed to the relayed body): nothing left for `Drop`.
     finished: bool,
 }
-
-/// The routing record's `outcome` and `reason`, and the status logged, for a request whose caller
-/// went away (SPEC §14): 499 before any answer was sent, as nginx logs it.
-const CANCELLED: &str = "CANCELLED";
-const CALLER_CANCELLED: &str = "callerCancelled";
-const CLIENT_CLOSED_REQUEST: u16 = 499;
 
 /// Renders a gateway-made error in the caller's dialect (SPEC §6.3).
 pub fn error_response(
@@ -112,7 +108,7 @@ impl RequestCtx {
     /// The request's routing record. Takes what the context collected (it is not needed after).
     fn record(
         &mut self,
-        outcome: &'static str,
+        outcome: RequestOutcome,
         reason: impl Into<Cow<'static, str>>,
         status: u16,
     ) -> RoutingRecord {
@@ -155,12 +151,17 @@ impl RequestCtx {
     pub fn reject(mut self, kind: GatewayErrorKind, message: &str, why: &str) -> Response {
         let resp = error_response(self.dialect, kind, message, Some(self.request_id.as_str()));
         let rec = self.record(
-            "REJECTED",
+            RequestOutcome::Rejected,
             format!("gatewayRejected:{why}"),
             resp.status().as_u16(),
         );
         self.finish(rec, None);
         resp
+    }
+
+    /// [`RequestCtx::reject`] for a refusal made by a phase function.
+    pub(crate) fn refuse(self, r: super::Refusal) -> Response {
+        self.reject(r.kind, &r.message, r.why)
     }
 
     /// Refused by the principal's gateway rate limit: 429 with `Retry-After`, never a fallback.
@@ -179,7 +180,7 @@ impl RequestCtx {
         resp.headers_mut()
             .insert(http::header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
         let rec = self.record(
-            "REJECTED",
+            RequestOutcome::Rejected,
             "gatewayRejected:rateLimited",
             resp.status().as_u16(),
         );
@@ -195,7 +196,7 @@ impl RequestCtx {
             message,
             Some(self.request_id.as_str()),
         );
-        let rec = self.record("ERROR", "unroutable", resp.status().as_u16());
+        let rec = self.record(RequestOutcome::Error, "unroutable", resp.status().as_u16());
         self.finish(rec, None);
         resp
     }
@@ -206,18 +207,7 @@ impl RequestCtx {
     pub fn commit(mut self, out: WalkOutput, secrets: &boundary::Secrets) -> Response {
         let attempts = out.attempts.len();
         let Some(returned) = out.returned else {
-            let msg =
-                "no destination of this route could be attempted (all ineligible or disabled)";
-            let resp = error_response(
-                self.dialect,
-                GatewayErrorKind::Unavailable,
-                msg,
-                Some(self.request_id.as_str()),
-            );
-            let mut rec = self.record("ERROR", "noEligibleDestination", 503);
-            rec.skipped = out.skipped;
-            self.finish(rec, None);
-            return resp;
+            return self.no_destination(out.skipped);
         };
         let Returned {
             hop,
@@ -228,6 +218,56 @@ impl RequestCtx {
             upstream,
             health,
         } = returned;
+        self.count_walk(hop);
+        let (mut resp, live, usage) =
+            self.response_for(upstream, outcome, (&target, &model), secrets);
+        let status = resp.status().as_u16();
+        self.decorate(resp.headers_mut(), &health, attempts, hop, status);
+
+        let served = status < 400 && !fired;
+        let reason = reason(outcome, fired, hop, attempts);
+        let outcome_of_request = if served {
+            RequestOutcome::Served
+        } else {
+            RequestOutcome::Error
+        };
+        let mut rec = self.record(outcome_of_request, reason, status);
+        rec.served_by = outcome.status().map(|_| ServedBy { target, model });
+        rec.fallback_hop = Some(hop);
+        rec.attempts = out.attempts;
+        rec.skipped = out.skipped;
+        rec.committed = true;
+        rec.ttft_ms = Some(ms(self.started.elapsed()));
+        rec.usage = usage.map(|u| UsageRecord {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+        });
+        match live {
+            None => {
+                self.finish(rec, Some(&health));
+                resp
+            }
+            Some(live) => self.relay(resp, live, rec, health),
+        }
+    }
+
+    /// Nothing on the route could be attempted (all ineligible or switched off): 503.
+    fn no_destination(mut self, skipped: Vec<crate::observe::SkipRecord>) -> Response {
+        let msg = "no destination of this route could be attempted (all ineligible or disabled)";
+        let resp = error_response(
+            self.dialect,
+            GatewayErrorKind::Unavailable,
+            msg,
+            Some(self.request_id.as_str()),
+        );
+        let mut rec = self.record(RequestOutcome::Error, "noEligibleDestination", 503);
+        rec.skipped = skipped;
+        self.finish(rec, None);
+        resp
+    }
+
+    /// The dashboard's fallback rate and `sidetrack_fallbacks_total`.
+    fn count_walk(&self, hop: usize) {
         self.shared.walked.fetch_add(1, Ordering::Relaxed);
         if hop > 0 {
             self.shared.fell_back.fetch_add(1, Ordering::Relaxed);
@@ -235,19 +275,19 @@ impl RequestCtx {
                 .metrics
                 .fallback(self.rule_name.as_deref().unwrap_or(""), hop);
         }
-        let reason: Cow<'static, str> =
-            if matches!(outcome, Outcome::Error(ErrorKind::Unroutable)) && attempts == 1 {
-                "unroutable".into()
-            } else if fired {
-                "chainExhausted".into()
-            } else if hop == 0 {
-                "servedByPrimary".into()
-            } else {
-                format!("servedViaFallbackHop:{hop}").into()
-            };
+    }
 
-        let mut usage = None;
-        let (mut resp, live) = match upstream {
+    /// The caller's response for the returned hop's answer: the gateway's error when it got no
+    /// HTTP answer, a whole body (an upstream error capped and redacted), or the head of a live
+    /// body with what the relay needs; and the usage of a whole successful body.
+    fn response_for(
+        &self,
+        upstream: Option<Upstream>,
+        outcome: Outcome,
+        (target, model): (&str, &str),
+        secrets: &boundary::Secrets,
+    ) -> (Response, Option<Live>, Option<sidetrack_dialects::Usage>) {
+        match upstream {
             None => {
                 let (kind, msg) = match outcome.error_kind() {
                     Some(ErrorKind::FirstByteTimeout) => (
@@ -263,9 +303,10 @@ impl RequestCtx {
                         format!("could not connect to destination {target}/{model}"),
                     ),
                 };
-                (error_response(self.dialect, kind, &msg, None), None)
+                (error_response(self.dialect, kind, &msg, None), None, None)
             }
             Some(Upstream::Buffered { mut parts, body }) => {
+                let mut usage = None;
                 let body = if parts.status.is_success() {
                     usage = self.dialect.response_usage(&body);
                     body
@@ -278,10 +319,8 @@ impl RequestCtx {
                 // Translated and re-rendered bodies have lost their encoding headers already; a
                 // stream's held bytes came through the pipe, which may have re-encoded them.
                 let unchanged = !is_stream_type(&parts);
-                (
-                    answer(parts, Body::from(body), self.dialect, unchanged),
-                    None,
-                )
+                let resp = answer(parts, Body::from(body), self.dialect, unchanged);
+                (resp, None, usage)
             }
             Some(Upstream::Live {
                 parts,
@@ -291,15 +330,21 @@ impl RequestCtx {
                 deadline,
             }) => {
                 let unchanged = pipe.as_ref().is_none_or(|p| !p.rewrites_bytes());
-                (
-                    answer(parts, Body::empty(), self.dialect, unchanged),
-                    Some((held, rest, pipe, deadline)),
-                )
+                let resp = answer(parts, Body::empty(), self.dialect, unchanged);
+                (resp, Some((held, rest, pipe, deadline)), None)
             }
-        };
-        let status = resp.status().as_u16();
+        }
+    }
 
-        let h = resp.headers_mut();
+    /// The `x-sidetrack-*` headers (SPEC §6.4) and the caller retry hint (SPEC §6.5).
+    fn decorate(
+        &self,
+        h: &mut http::HeaderMap,
+        health: &DestHealth,
+        attempts: usize,
+        hop: usize,
+        status: u16,
+    ) {
         if self.headers_on {
             h.reserve(4);
             if let Ok(id) = HeaderValue::from_str(self.request_id.as_str()) {
@@ -320,49 +365,52 @@ impl RequestCtx {
             // The chain already tried alternatives; SDK retries would multiply upstream calls.
             h.insert(SHOULD_RETRY.clone(), HeaderValue::from_static("false"));
         }
+    }
 
-        let mut rec = self.record(
-            if status < 400 && !fired {
-                "SERVED"
-            } else {
-                "ERROR"
-            },
-            reason,
-            status,
-        );
-        rec.served_by = outcome.status().map(|_| ServedBy { target, model });
-        rec.fallback_hop = Some(hop);
-        rec.attempts = out.attempts;
-        rec.skipped = out.skipped;
-        rec.committed = true;
-        rec.ttft_ms = Some(ms(self.started.elapsed()));
-        rec.usage = usage.map(|u| UsageRecord {
-            input_tokens: u.input_tokens,
-            output_tokens: u.output_tokens,
-        });
+    /// A live answer: its body is relayed, and the relayed body writes the record when it ends —
+    /// also when the caller goes away.
+    fn relay(
+        mut self,
+        resp: Response,
+        (held, rest, pipe, deadline): Live,
+        rec: RoutingRecord,
+        health: Arc<DestHealth>,
+    ) -> Response {
+        self.finished = true;
+        let finish = Finish {
+            shared: self.shared.clone(),
+            started: self.started,
+            trace_start: self.trace_start,
+            rec,
+            health,
+            reservation: self.reservation.take(),
+            in_flight: self.in_flight.take(),
+        };
+        let body = RelayBody::new(held, rest, pipe, self.dialect, deadline, finish);
+        let (parts, _) = resp.into_parts();
+        Response::from_parts(parts, Body::new(body))
+    }
+}
 
-        match live {
-            None => {
-                self.finish(rec, Some(&health));
-                resp
-            }
-            Some((held, rest, pipe, deadline)) => {
-                // From here the relayed body writes the record, also when the caller goes away.
-                self.finished = true;
-                let finish = Finish {
-                    shared: self.shared.clone(),
-                    started: self.started,
-                    trace_start: self.trace_start,
-                    rec,
-                    health,
-                    reservation: self.reservation.take(),
-                    _in_flight: self.in_flight.take(),
-                };
-                let body = RelayBody::new(held, rest, pipe, self.dialect, deadline, finish);
-                let (parts, _) = resp.into_parts();
-                Response::from_parts(parts, Body::new(body))
-            }
-        }
+/// What the relay needs of a live answer: the bytes held before the commit, the rest of the
+/// upstream body, the stream pipe, and the attempt's timer.
+type Live = (
+    Vec<bytes::Bytes>,
+    hyper::body::Incoming,
+    Option<Box<crate::engine::pipe::Pipe>>,
+    crate::engine::attempt::Timer,
+);
+
+/// The routing record's `reason` (SPEC §7.1).
+fn reason(outcome: Outcome, fired: bool, hop: usize, attempts: usize) -> Cow<'static, str> {
+    if matches!(outcome, Outcome::Error(ErrorKind::Unroutable)) && attempts == 1 {
+        "unroutable".into()
+    } else if fired {
+        "chainExhausted".into()
+    } else if hop == 0 {
+        "servedByPrimary".into()
+    } else {
+        format!("servedViaFallbackHop:{hop}").into()
     }
 }
 
@@ -373,7 +421,11 @@ impl Drop for RequestCtx {
     /// for every request that finished normally.
     fn drop(&mut self) {
         if !self.finished {
-            let rec = self.record(CANCELLED, CALLER_CANCELLED, CLIENT_CLOSED_REQUEST);
+            let rec = self.record(
+                RequestOutcome::Cancelled,
+                CALLER_CANCELLED,
+                CLIENT_CLOSED_REQUEST,
+            );
             self.finish(rec, None);
         }
     }
@@ -422,99 +474,6 @@ fn answer(
     }
     *r.headers_mut() = headers;
     r
-}
-
-/// Writes the routing record when a committed body ends, and counts a failure after commit against
-/// the destination's breaker (SPEC §5.5).
-struct Finish {
-    shared: Arc<Shared>,
-    started: Instant,
-    trace_start: Option<SystemTime>,
-    rec: RoutingRecord,
-    health: Arc<DestHealth>,
-    reservation: Option<crate::limits::Reservation>,
-    /// The request stays in flight until its body ends.
-    _in_flight: Option<InFlightGuard>,
-}
-
-impl OnFinish for Finish {
-    fn finish(self, end: RelayEnd) {
-        let Finish {
-            shared,
-            started,
-            trace_start,
-            mut rec,
-            health,
-            reservation,
-            _in_flight,
-        } = self;
-        rec.mid_stream_error = end.mid_stream_error;
-        rec.usage = end.usage.map(|u| UsageRecord {
-            input_tokens: u.input_tokens,
-            output_tokens: u.output_tokens,
-        });
-        if end.caller_gone {
-            // Abandoned mid-body: the upstream's connection went with the body (SPEC §14).
-            rec.outcome = CANCELLED;
-            rec.reason = CALLER_CANCELLED.into();
-        } else if end.mid_stream_error {
-            rec.outcome = "ERROR";
-            shared.health.record_mid_stream_failure(&health);
-            shared
-                .metrics
-                .mid_stream_error(&health.target, &health.model);
-        }
-        settle(&shared, reservation, &rec);
-        finish_record(&shared, started, trace_start, rec, Some(&health));
-    }
-}
-
-/// Replaces a rate-limit token reservation with the tokens the request really used. When an
-/// answer was sent (or abandoned by its caller) without usage — a stream that reported none, a body
-/// too large to read it from — the reservation stays as the estimate (prompt bytes / 4 plus the
-/// requested or default output): never zero, or a limit would not hold for such streams (SPEC
-/// §14). A request that produced nothing (refused, unroutable, an error answer) uses none.
-fn settle(shared: &Shared, reservation: Option<crate::limits::Reservation>, rec: &RoutingRecord) {
-    let Some(r) = reservation else { return };
-    let used = match rec.usage {
-        Some(u) => u.input_tokens + u.output_tokens,
-        None if rec.outcome == CANCELLED || (rec.committed && rec.status < 400) => return,
-        None => 0,
-    };
-    shared.limiter.settle(r, used);
-}
-
-/// The end of every request: metrics, token counts, the request span (it ends here, when the
-/// response body has ended), then the routing log line.
-fn finish_record(
-    shared: &Shared,
-    started: Instant,
-    trace_start: Option<SystemTime>,
-    mut rec: RoutingRecord,
-    served: Option<&DestHealth>,
-) {
-    let elapsed = started.elapsed();
-    rec.latency_ms = ms(elapsed);
-    let m = &shared.metrics;
-    m.request(
-        rec.dialect,
-        rec.rule_name.as_deref().unwrap_or(""),
-        rec.status,
-        &rec.reason,
-        elapsed,
-    );
-    if let (Some(u), Some(_), Some(h)) = (&rec.usage, &rec.served_by, served) {
-        h.metrics.tokens(u.input_tokens, u.output_tokens);
-    }
-    if let Some(start) = trace_start {
-        let provider = rec.served_by.as_ref().and_then(|s| {
-            let rt = shared.runtime.load();
-            let target = rt.config.targets.iter().find(|t| *t.name == *s.target);
-            target.map(|t| t.provider)
-        });
-        m.traces().request(start, &rec, provider);
-    }
-    shared.log.record(rec);
 }
 
 #[cfg(test)]

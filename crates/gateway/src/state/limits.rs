@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use sidetrack_config::Limits;
 
-use crate::health::store::{unix_ms, RedisState};
+use crate::state::redis::{unix_ms, RedisState};
 
 const WINDOW: Duration = Duration::from_secs(60);
 

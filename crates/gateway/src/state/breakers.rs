@@ -9,9 +9,6 @@
 //! serves its request without being kept. Finding a destination that exists (every attempt) costs
 //! what it did: two map lookups in a snapshot, plus one relaxed load to note its use.
 
-mod clock;
-pub mod store;
-
 use std::collections::HashMap;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -25,8 +22,9 @@ use sidetrack_resilience::{
     UnhealthyCondition,
 };
 
-pub use clock::Clock;
-use store::{unix_ms, RedisState};
+pub use super::clock::Clock;
+use super::redis as store;
+use super::redis::{unix_ms, RedisState};
 
 use crate::observe::metrics::{DestMetrics, Metrics};
 
