@@ -619,3 +619,89 @@ rules:
         "{none:#?}"
     );
 }
+
+/// An `unhealthyCondition` that counts what a hop's triggers keep (issue 14 must-show 5): warned
+/// at the hop that keeps it, naming the codes and where the condition is written; the last hop
+/// (nothing to move on to) and a hop that falls back on everything counted are not warned.
+#[test]
+fn check_warns_when_unhealthy_condition_counts_what_the_triggers_keep() {
+    let src = r#"defaults:
+  circuitBreaker: { unhealthyCondition: "response.code == 429 || response.code >= 500" }
+targets:
+  - name: oa
+    provider: openai
+    baseUrl: "http://127.0.0.1:1/v1"
+    circuitBreaker:
+      unhealthyCondition: "response.code == 429 || response.code >= 500 || error == 'CONNECTION_ERROR'"
+  - { name: cl, provider: anthropic, baseUrl: "http://127.0.0.1:1", apiKey: k }
+rules:
+  - name: keeps-429
+    priority: 1
+    routeToTarget:
+      staticRoute: { target: oa, model: m1 }
+      fallback:
+        triggerOn: { statusCodes: ["5XX", "408"] }
+        targetFallback:
+          - { target: cl, model: m2, triggerOn: { statusCodes: ["5XX"] } }
+  - name: default-triggers
+    priority: 2
+    routeToTarget:
+      staticRoute: { target: cl, model: m3 }
+      fallback:
+        targetFallback:
+          - { target: oa, model: m4 }
+  - name: all-covered
+    priority: 3
+    routeToTarget:
+      staticRoute: { target: cl, model: m5 }
+      fallback:
+        triggerOn: { statusCodes: ["429", "5XX"] }
+        targetFallback:
+          - { target: oa, model: m6 }
+"#;
+    let (_, warnings) = load_str_with_warnings(src, "u.yaml", &env).unwrap();
+    let shown: Vec<String> = warnings
+        .iter()
+        .map(ToString::to_string)
+        .filter(|w| w.contains("unhealthyCondition"))
+        .collect();
+    assert_eq!(shown.len(), 2, "{shown:#?}");
+    // The primary of rule 0: the target's own condition counts 429 and CONNECTION_ERROR, which
+    // its triggerOn (5XX, 408) does not list. Its fallback hop is last and not warned.
+    assert!(
+        shown[0].starts_with("u.yaml:16:20: rules[0].routeToTarget.fallback.triggerOn: warning:"),
+        "{}",
+        shown[0]
+    );
+    assert!(
+        shown[0].contains("`oa`'s unhealthyCondition (targets[0].circuitBreaker.unhealthyCondition) counts 429, CONNECTION_ERROR"),
+        "{}",
+        shown[0]
+    );
+    assert!(shown[0].contains("goes back to the caller"), "{}", shown[0]);
+    // Rule 1's primary uses the defaults' condition and the default triggers (no 429).
+    assert!(
+        shown[1].starts_with("u.yaml:24:9: rules[1].routeToTarget.fallback: warning:"),
+        "{}",
+        shown[1]
+    );
+    assert!(
+        shown[1].contains("(defaults.circuitBreaker.unhealthyCondition) counts 429 ")
+            && shown[1].contains("the default set"),
+        "{}",
+        shown[1]
+    );
+}
+
+#[test]
+fn code_ranges_print_runs_and_classes() {
+    assert_eq!(crate::lint::code_ranges(&[429]), ["429"]);
+    let five: Vec<u16> = (500..=599).collect();
+    assert_eq!(crate::lint::code_ranges(&five), ["5XX"]);
+    let mut mixed: Vec<u16> = vec![408, 409, 410];
+    mixed.extend(429..=599);
+    assert_eq!(
+        crate::lint::code_ranges(&mixed),
+        ["408-410", "429-499", "5XX"]
+    );
+}
