@@ -705,3 +705,132 @@ fn code_ranges_print_runs_and_classes() {
         ["408-410", "429-499", "5XX"]
     );
 }
+
+const RULE_BASE: &str = r#"targets:
+  - { name: oa, provider: openai, baseUrl: "http://127.0.0.1:1/v1", apiKey: env:NOT_SET_ANYWHERE }
+  - { name: cl, provider: anthropic, baseUrl: "http://127.0.0.1:1", apiKey: k }
+rules:
+  - { name: base, priority: 10, matchModels: ["gpt-*"], routeToTarget: { staticRoute: { target: oa } } }
+"#;
+
+fn check_rule(rule: &str, offline: bool) -> Result<Checked, ConfigErrors> {
+    check_str(
+        RULE_BASE,
+        "base.yaml",
+        Some((rule, "rule.json")),
+        &env,
+        CheckOptions { offline },
+    )
+}
+
+/// An AgentCore rule array maps onto our model: conditions' anyOf entries, principals' ARNs, a
+/// weighted route's trafficSplit with per-leg fallbacks (`targetName` → `target`), `fallback`
+/// beside `staticRoute`, `ruleId` as the name; the API's bookkeeping keys are ignored.
+#[test]
+fn agentcore_rule_bodies_map_onto_rules() {
+    let rules = r#"[
+  { "ruleId": "r-1", "priority": 20, "status": "ACTIVE", "description": "d",
+    "conditions": [
+      { "matchModels": { "anyOf": [ { "value": "claude-*" }, { "value": "sonnet*" } ] } },
+      { "matchPrincipals": { "anyOf": [ { "iamPrincipal": { "arn": "team-a" } } ] } } ],
+    "actions": [ { "routeToTarget": {
+      "staticRoute": { "targetName": "cl", "model": "claude-sonnet-4-5" },
+      "fallback": { "triggerOn": { "statusCodes": ["429", "5XX"] },
+                    "targetFallback": [ { "targetName": "oa", "model": "gpt-4o", "firstByteTimeoutMilliseconds": 900 } ] } } } ] },
+  { "priority": 30,
+    "actions": [ { "routeToTarget": { "weightedRoute": { "trafficSplit": [
+      { "name": "a", "weight": 90, "targetName": "oa", "model": "m1",
+        "fallback": { "targetFallback": [ { "targetName": "cl", "model": "m2" } ] } },
+      { "name": "b", "weight": 10, "targetName": "cl", "model": "m3" } ] } } } ] }
+]"#;
+    let checked = check_rule(rules, true).unwrap();
+    let c = &checked.config;
+    assert_eq!(c.rules.len(), 3);
+    let r = &c.rules[1];
+    assert_eq!((r.name.as_str(), r.priority, r.index), ("r-1", 20, 1));
+    let m = r.match_models.as_ref().unwrap();
+    assert_eq!(m.operator, MatchOperator::StringLike);
+    assert_eq!(m.values, ["claude-*", "sonnet*"]);
+    let p = r.match_principals.as_ref().unwrap();
+    assert_eq!(p.operator, MatchOperator::StringEquals);
+    assert_eq!(p.values, ["team-a"]);
+    let Route::Static(s) = &r.route else {
+        panic!("static route expected")
+    };
+    assert_eq!(s.primary.target, "cl");
+    assert_eq!(s.fallbacks[0].destination.target, "oa");
+    assert_eq!(
+        s.fallbacks[0].policy.first_byte_timeout,
+        Some(Duration::from_millis(900))
+    );
+    let Route::Weighted(w) = &c.rules[2].route else {
+        panic!("weighted route expected")
+    };
+    assert_eq!(w.legs[0].weight, 90);
+    assert_eq!(
+        w.legs[0].route.fallbacks[0].destination.model.as_deref(),
+        Some("m2")
+    );
+    assert_eq!(c.rules[2].name, "rule-30");
+    // --offline: BASE's missing secret is a warning located in BASE.
+    assert!(checked.warnings[0].to_string().starts_with(
+        "base.yaml:2:77: targets[0].apiKey: warning: environment variable `NOT_SET_ANYWHERE`"
+    ));
+}
+
+/// Shape problems of the AgentCore body are located in the rule file, all at once; so are
+/// validation problems and warnings, with our paths turned back into the file's.
+#[test]
+fn agentcore_rule_problems_are_located_in_the_rule_file() {
+    let bad = r#"{
+  "priority": 10,
+  "conditions": [ { "matchPaths": { "anyOf": ["/x/*"] } },
+                  { "matchModels": { "anyOf": [ { "value": "a?" }, { "value": "b", "operator": "StringEquals" } ] } } ],
+  "actions": [ { "configurationBundle": {} }, { "routeToTarget": { "staticRoute": { "model": "m" }, "extra": 1 } } ]
+}"#;
+    let shown: Vec<String> = check_rule(bad, true)
+        .unwrap_err()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let expect = [
+        "rule.json:3:35: conditions[0].matchPaths: `matchPaths`",
+        "rule.json:4:60: conditions[1].matchModels.anyOf[0].value: `?` wildcards",
+        "rule.json:4:96: conditions[1].matchModels.anyOf[1].operator: `StringEquals` here but `StringLike`",
+        "rule.json:5:41: actions[0].configurationBundle: configuration bundles",
+        "rule.json:5:83: actions[1].routeToTarget.staticRoute: `targetName` is missing",
+        "rule.json:5:101: actions[1].routeToTarget.extra: unknown key",
+    ];
+    assert_eq!(shown.len(), expect.len(), "{shown:#?}");
+    for (got, want) in shown.iter().zip(expect) {
+        assert!(got.starts_with(want), "{shown:#?}\n  wanted {want}");
+    }
+    // Valid shape, but a priority BASE already uses, and a pitfall (triggerOn without 5XX).
+    let conflict = r#"{ "priority": 10, "actions": [ { "routeToTarget": { "staticRoute": {
+    "targetName": "oa", "model": "m",
+    "fallback": { "triggerOn": { "statusCodes": ["429"] }, "targetFallback": [ { "targetName": "cl" } ] } } } } ] }"#;
+    let e = check_rule(conflict, true).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "rule.json:1:15: priority: priority 10 is already used by base.yaml: rules[0]; priorities must be unique"
+    );
+    let ok = conflict.replace("\"priority\": 10", "\"priority\": 11");
+    let checked = check_rule(&ok, true).unwrap();
+    let rule_warnings: Vec<String> = checked
+        .warnings_for_rule(1)
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(rule_warnings.len(), 1, "{rule_warnings:#?}");
+    assert!(
+        rule_warnings[0].starts_with(
+            "rule.json:3:32: actions[0].routeToTarget.staticRoute.fallback.triggerOn: warning: a written triggerOn"
+        ),
+        "{}",
+        rule_warnings[0]
+    );
+    // Without --offline BASE's missing secret stays an error.
+    assert!(check_rule(&ok, false)
+        .unwrap_err()
+        .to_string()
+        .contains("`NOT_SET_ANYWHERE` is not set"));
+}
