@@ -260,7 +260,7 @@ pub(crate) fn code_ranges(codes: &[u16]) -> Vec<String> {
         // Whole classes inside the run print as 4XX / 5XX.
         while lo <= end {
             let class_end = lo - lo % 100 + 99;
-            if lo % 100 == 0 && class_end <= end {
+            if lo.is_multiple_of(100) && class_end <= end {
                 out.push(format!("{}XX", lo / 100));
                 lo = class_end + 1;
                 continue;
