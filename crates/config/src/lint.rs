@@ -2,7 +2,7 @@
 //! fallback, probably do not do what their author meant. Each is located like an error
 //! (`FILE:LINE:COL: path: message`); none stops the config from loading.
 
-use sidetrack_resilience::ErrorKind;
+use sidetrack_resilience::{ConditionInput, ErrorKind, UnhealthyCondition};
 
 use crate::error::ConfigError;
 use crate::glob::glob_match;
@@ -31,6 +31,17 @@ pub(crate) fn warnings(config: &Config, positions: &Positions, file: &str) -> Ve
                 }
                 let policies: Vec<&HopPolicy> = groups.iter().map(|g| &g.policy).collect();
                 lint.moves_on_for_429(&policies, &at);
+                // Every group but the last can move the walk on.
+                for (g, group) in groups
+                    .iter()
+                    .enumerate()
+                    .take(groups.len().saturating_sub(1))
+                {
+                    let hop = format!("{at}.priorityGroups[{g}]");
+                    for dest in &group.destinations {
+                        lint.counted_but_kept(&dest.target, &group.policy, &hop);
+                    }
+                }
             }
             Route::Weighted(w) => {
                 for (l, leg) in w.legs.iter().enumerate() {
@@ -72,6 +83,20 @@ impl Lint<'_> {
             let path = format!("{fallback}.targetFallback[{i}]");
             self.destination(&hop.destination, &path);
             self.hop(&hop.policy, &path);
+        }
+        // Every hop but the last can move the walk on.
+        let hops: Vec<(&DestinationRef, &HopPolicy, String)> =
+            std::iter::once((&s.primary, &s.primary_policy, fallback.clone()))
+                .chain(s.fallbacks.iter().enumerate().map(|(i, f)| {
+                    (
+                        &f.destination,
+                        &f.policy,
+                        format!("{fallback}.targetFallback[{i}]"),
+                    )
+                }))
+                .collect();
+        for (dest, policy, path) in hops.iter().take(hops.len() - 1) {
+            self.counted_but_kept(&dest.target, policy, path);
         }
         if !s.fallbacks.is_empty() {
             let policies: Vec<&HopPolicy> = std::iter::once(&s.primary_policy)
@@ -124,6 +149,77 @@ impl Lint<'_> {
         );
     }
 
+    /// A hop whose target's `unhealthyCondition` counts answers or errors that the hop's triggers
+    /// do not fall back on. Probed by evaluating the condition for every status 400-599 (no
+    /// headers) and for CONNECTION_ERROR / FIRST_BYTE_TIMEOUT; a condition that only reads headers
+    /// says false here and is not reported.
+    fn counted_but_kept(&mut self, target: &str, p: &HopPolicy, at: &str) {
+        let Some((t, target)) = self
+            .config
+            .targets
+            .iter()
+            .enumerate()
+            .find(|(_, t)| t.name == target)
+        else {
+            return;
+        };
+        let Some(source) = &target.circuit_breaker.unhealthy_condition else {
+            return;
+        };
+        let Ok(condition) = UnhealthyCondition::compile(source) else {
+            return;
+        };
+        let counts = |code: Option<u16>, error: Option<&str>| {
+            condition.evaluate(&ConditionInput {
+                code,
+                headers: Vec::new(),
+                error,
+            }) == Ok(true)
+        };
+        let statuses = p.triggers.statuses();
+        let codes: Vec<u16> = (400..=599)
+            .filter(|c| counts(Some(*c), None) && !statuses.iter().any(|m| m.matches(*c)))
+            .collect();
+        let errors = p.triggers.errors();
+        let kinds: Vec<&str> = [ErrorKind::ConnectionError, ErrorKind::FirstByteTimeout]
+            .into_iter()
+            .filter(|k| counts(None, Some(k.as_str())) && !errors.contains(k))
+            .map(ErrorKind::as_str)
+            .collect();
+        if codes.is_empty() && kinds.is_empty() {
+            return;
+        }
+        let mut what = code_ranges(&codes);
+        what.extend(kinds.iter().map(|k| (*k).to_owned()));
+        let written = format!("targets[{t}].circuitBreaker.unhealthyCondition");
+        let whence = if self.positions.has(&written) {
+            written
+        } else {
+            "defaults.circuitBreaker.unhealthyCondition".to_owned()
+        };
+        let (path, triggers) = if p.triggers.is_default() {
+            (
+                at.to_owned(),
+                "triggers (the default set: 5XX, CONNECTION_ERROR, FIRST_BYTE_TIMEOUT, UNROUTABLE)",
+            )
+        } else {
+            (format!("{at}.triggerOn"), "triggers (its triggerOn)")
+        };
+        self.warn(
+            &path,
+            format!(
+                "target `{}`'s unhealthyCondition ({whence}) counts {} as breaker failures, but \
+                 this hop's {triggers} do not fall back on them: such an answer goes back to the \
+                 caller instead of moving the walk on, yet it counts toward opening the breaker, \
+                 and once open the destination is skipped for every request — the breaker moves \
+                 traffic away on failures the triggers were meant to keep here. List them in \
+                 triggerOn, or leave them out of the condition",
+                target.name,
+                what.join(", ")
+            ),
+        );
+    }
+
     /// A destination that names a model its target's `models` globs do not list: sent anyway
     /// (SPEC §5.2), but often a typo.
     fn destination(&mut self, d: &DestinationRef, at: &str) {
@@ -146,4 +242,37 @@ impl Lint<'_> {
             ),
         );
     }
+}
+
+/// `[429, 500, 501, 502]` → `["429", "500-502"]`; a whole class reads `4XX` / `5XX`.
+pub(crate) fn code_ranges(codes: &[u16]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < codes.len() {
+        let start = codes[i];
+        let mut end = start;
+        while i + 1 < codes.len() && codes[i + 1] == end + 1 {
+            i += 1;
+            end = codes[i];
+        }
+        i += 1;
+        let mut lo = start;
+        // Whole classes inside the run print as 4XX / 5XX.
+        while lo <= end {
+            let class_end = lo - lo % 100 + 99;
+            if lo.is_multiple_of(100) && class_end <= end {
+                out.push(format!("{}XX", lo / 100));
+                lo = class_end + 1;
+                continue;
+            }
+            let stop = end.min(class_end);
+            out.push(if lo == stop {
+                lo.to_string()
+            } else {
+                format!("{lo}-{stop}")
+            });
+            lo = stop + 1;
+        }
+    }
+    out
 }

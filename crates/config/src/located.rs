@@ -61,6 +61,11 @@ impl Positions {
         }
     }
 
+    /// Was a value written at exactly `path`?
+    pub fn has(&self, path: &str) -> bool {
+        self.values.contains_key(path)
+    }
+
     /// The position of the key that introduces `path` (for "unknown key" errors), else the value.
     pub fn key(&self, path: &str) -> Pos {
         self.keys

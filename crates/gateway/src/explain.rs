@@ -102,6 +102,15 @@ pub fn explain(cfg: &Config, model: &str, principal: &str, dialect: &str) -> Str
     out
 }
 
+/// The index (`Rule::index`) of the rule a request for `model` from `principal` takes; `None` for
+/// a pin or default routing. `sidetrack explain` prints that rule's `check` warnings.
+pub fn route_rule(cfg: &Config, model: &str, principal: &str) -> Option<usize> {
+    if routing::pinned(cfg, model).is_some() {
+        return None;
+    }
+    find_rule(cfg, model, principal).map(|r| r.index)
+}
+
 /// The access check (SPEC §5.2): the principal's `auth.keys[].models`, against the model part of a
 /// pin or the model as written. Rule conditions select; only this refuses (403).
 fn write_access(out: &mut String, cfg: &Config, model: &str, principal: &str) {

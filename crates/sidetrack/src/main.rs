@@ -54,12 +54,33 @@ enum Command {
         #[arg(long)]
         listen: Option<String>,
     },
-    /// Validate a config; print every problem as FILE:LINE:COL: path: message.
-    Check { file: PathBuf },
-    /// Print the route a request would take.
+    /// Validate a config; print every problem (and warning) as FILE:LINE:COL: path: message.
+    /// Exit 0 when valid (warnings only), 1 when invalid.
+    Check {
+        /// The config file (or use --config).
+        #[arg(required_unless_present = "config", conflicts_with = "config")]
+        file: Option<PathBuf>,
+        /// The config file (BASE when --rule is given).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// An AgentCore rule body (JSON, as CreateGatewayRule takes it; one rule or an array),
+        /// checked as if it were among the config's rules.
+        #[arg(long, value_name = "FILE")]
+        rule: Option<PathBuf>,
+        /// Check without the config's secrets: a missing `env:` variable is a warning, not an error.
+        #[arg(long)]
+        offline: bool,
+    },
+    /// Print the route a request would take, and the warnings about that route.
     Explain {
         #[arg(long)]
         config: PathBuf,
+        /// An AgentCore rule body added to the config's rules (as `check --rule`).
+        #[arg(long, value_name = "FILE")]
+        rule: Option<PathBuf>,
+        /// Load without the config's secrets (as `check --offline`).
+        #[arg(long)]
+        offline: bool,
         #[arg(long)]
         model: String,
         #[arg(long, default_value = "anonymous")]
@@ -76,13 +97,30 @@ const RUNTIME: u8 = 2;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { file } => check(&file),
+        Command::Check {
+            file,
+            config,
+            rule,
+            offline,
+        } => match file.or(config) {
+            Some(file) => check(&file, rule.as_deref(), offline),
+            None => fail(INVALID, "check needs a config file"),
+        },
         Command::Explain {
             config,
+            rule,
+            offline,
             model,
             principal,
             dialect,
-        } => explain(&config, &model, &principal, &dialect),
+        } => explain(
+            &config,
+            rule.as_deref(),
+            offline,
+            &model,
+            &principal,
+            &dialect,
+        ),
         Command::Serve {
             config,
             drain_delay_milliseconds,
@@ -126,15 +164,21 @@ fn init_tracing(level: &str) {
 }
 
 #[allow(clippy::print_stdout, clippy::print_stderr)]
-fn check(file: &std::path::Path) -> ExitCode {
-    match sidetrack_config::load_file_with_warnings(file) {
-        Ok((_, warnings)) => {
+fn check(file: &std::path::Path, rule: Option<&std::path::Path>, offline: bool) -> ExitCode {
+    let options = sidetrack_config::CheckOptions { offline };
+    let name = match rule {
+        Some(r) => format!("{} (with {})", file.display(), r.display()),
+        None => file.display().to_string(),
+    };
+    match sidetrack_config::check_file(file, rule, options) {
+        Ok(checked) => {
+            let warnings = checked.warnings;
             for w in &warnings {
                 println!("{w}");
             }
             match warnings.len() {
-                0 => println!("{}: ok", file.display()),
-                n => println!("{}: ok, {n} warning(s)", file.display()),
+                0 => println!("{name}: ok"),
+                n => println!("{name}: ok, {n} warning(s)"),
             }
             ExitCode::SUCCESS
         }
@@ -142,23 +186,48 @@ fn check(file: &std::path::Path) -> ExitCode {
             for e in errors.iter() {
                 println!("{e}");
             }
-            eprintln!("{}: {} problem(s)", file.display(), errors.len());
+            eprintln!("{name}: {} problem(s)", errors.len());
             ExitCode::from(INVALID)
         }
     }
 }
 
 #[allow(clippy::print_stdout)]
-fn explain(file: &std::path::Path, model: &str, principal: &str, dialect: &str) -> ExitCode {
+fn explain(
+    file: &std::path::Path,
+    rule: Option<&std::path::Path>,
+    offline: bool,
+    model: &str,
+    principal: &str,
+    dialect: &str,
+) -> ExitCode {
     if sidetrack_dialects_name_ok(dialect).is_none() {
         return fail(INVALID, &format!("unknown dialect `{dialect}` (openai-chat, openai-responses, anthropic-messages, bedrock-invoke, bedrock-converse)"));
     }
-    match sidetrack_config::load_file(file) {
-        Ok(cfg) => {
+    let options = sidetrack_config::CheckOptions { offline };
+    match sidetrack_config::check_file(file, rule, options) {
+        Ok(checked) => {
+            let cfg = &checked.config;
             print!(
                 "{}",
-                sidetrack_gateway::explain::explain(&cfg, model, principal, dialect)
+                sidetrack_gateway::explain::explain(cfg, model, principal, dialect)
             );
+            // The same warnings `check` prints, for the rule this request takes.
+            let route = sidetrack_gateway::explain::route_rule(cfg, model, principal);
+            let warnings: Vec<String> = route
+                .map(|i| {
+                    checked
+                        .warnings_for_rule(i)
+                        .map(ToString::to_string)
+                        .collect()
+                })
+                .unwrap_or_default();
+            if !warnings.is_empty() {
+                println!("warnings ({}):", warnings.len());
+                for w in &warnings {
+                    println!("  {w}");
+                }
+            }
             ExitCode::SUCCESS
         }
         Err(errors) => fail(INVALID, &errors.to_string()),

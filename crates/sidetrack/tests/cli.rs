@@ -228,3 +228,234 @@ rules:
     assert!(stdout.contains("gtp-4o-mini"), "{stdout}");
     assert!(stdout.trim_end().ends_with("ok, 4 warning(s)"), "{stdout}");
 }
+
+/// Seed 000's pitfall with a breaker condition: `check` warns at the hop, `explain` prints the same
+/// warning for the route it explains (and none for a route without pitfalls).
+#[test]
+fn check_and_explain_warn_about_an_unhealthy_condition_the_triggers_ignore() {
+    let path = write(
+        "cond.yaml",
+        r#"defaults:
+  circuitBreaker: { unhealthyCondition: "response.code == 429 || response.code >= 500" }
+targets:
+  - { name: a, provider: openai, baseUrl: "http://127.0.0.1:9/v1" }
+  - { name: b, provider: openai, baseUrl: "http://127.0.0.1:9/v1" }
+rules:
+  - name: keeps-429
+    priority: 1
+    matchModels: ["gpt-*"]
+    routeToTarget:
+      staticRoute: { target: a }
+      fallback:
+        triggerOn: { statusCodes: ["5XX"] }
+        targetFallback:
+          - { target: b, model: backup }
+  - name: fine
+    priority: 2
+    matchModels: ["claude-*"]
+    routeToTarget:
+      staticRoute: { target: a }
+      fallback:
+        triggerOn: { statusCodes: ["429", "5XX"] }
+        targetFallback:
+          - { target: b, model: backup }
+"#,
+    );
+    let file = path.display().to_string();
+    let out = Command::new(BIN).arg("check").arg(&path).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let warning = stdout
+        .lines()
+        .find(|l| l.contains("unhealthyCondition"))
+        .unwrap_or_else(|| panic!("no condition warning: {stdout}"));
+    assert!(
+        warning.starts_with(&format!(
+            "{file}:13:20: rules[0].routeToTarget.fallback.triggerOn: warning: "
+        )),
+        "{warning}"
+    );
+    assert!(
+        warning.contains("counts 429 as breaker failures"),
+        "{warning}"
+    );
+
+    let explain = |model: &str| {
+        let out = Command::new(BIN)
+            .args(["explain", "--config"])
+            .arg(&path)
+            .args(["--model", model])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = explain("gpt-4o");
+    assert!(text.contains("RULE `keeps-429`"), "{text}");
+    // The moves-on-for-429 and the condition warnings of this route, exactly as `check` prints.
+    assert!(text.contains("warnings (2):"), "{text}");
+    assert!(text.contains(&format!("  {warning}")), "{text}");
+    let text = explain("claude-x");
+    assert!(text.contains("RULE `fine`"), "{text}");
+    assert!(!text.contains("warning"), "{text}");
+}
+
+const BASE: &str = r#"targets:
+  - { name: oa, provider: openai, baseUrl: "http://127.0.0.1:9/v1", apiKey: env:SIDETRACK_CLI_TEST_UNSET_KEY, models: ["gpt-*"] }
+  - { name: bedrock, provider: bedrock, region: us-east-1, models: ["*"] }
+rules:
+  - name: chat
+    priority: 50
+    matchModels: ["gpt-*"]
+    routeToTarget:
+      staticRoute: { target: oa }
+"#;
+
+/// What `aws bedrock-agentcore-control create-gateway-rule` takes (conditions/actions wrappers).
+const AGENTCORE_RULE: &str = r#"{
+  "priority": 100,
+  "description": "Nova with a fallback to its inference profile",
+  "conditions": [
+    { "matchModels": { "anyOf": [ { "value": "amazon.nova-micro-v1:0", "operator": "StringEquals" } ] } }
+  ],
+  "actions": [
+    {
+      "routeToTarget": {
+        "staticRoute": {
+          "targetName": "bedrock",
+          "model": "amazon.nova-micro-v1:0",
+          "fallback": {
+            "triggerOn": { "statusCodes": ["429", "5XX"], "errors": ["CONNECTION_ERROR"] },
+            "targetFallback": [ { "targetName": "bedrock", "model": "us.amazon.nova-micro-v1:0" } ]
+          }
+        }
+      }
+    }
+  ]
+}
+"#;
+
+#[test]
+fn check_rule_loads_an_agentcore_rule_body_against_a_base_config() {
+    let base = write("base.yaml", BASE);
+    let rule = write("rule.json", AGENTCORE_RULE);
+    let out = Command::new(BIN)
+        .args(["check", "--rule"])
+        .arg(&rule)
+        .arg("--config")
+        .arg(&base)
+        .env("SIDETRACK_CLI_TEST_UNSET_KEY", "sk-test")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.trim_end().ends_with(": ok"), "{stdout}");
+
+    // `explain` walks the rule from the file: its pinned model, its fallback hop.
+    let out = Command::new(BIN)
+        .args(["explain", "--offline", "--rule"])
+        .arg(&rule)
+        .arg("--config")
+        .arg(&base)
+        .args(["--model", "amazon.nova-micro-v1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("route: RULE `rule-100`"), "{text}");
+    assert!(
+        text.contains("destination bedrock/us.amazon.nova-micro-v1:0"),
+        "{text}"
+    );
+}
+
+#[test]
+fn check_rule_locates_a_bad_agentcore_rule_in_the_rule_file() {
+    let base = write("base2.yaml", BASE);
+    let rule = write(
+        "bad-rule.json",
+        r#"{
+  "priority": 50,
+  "conditions": [ { "matchModels": { "anyOf": [ { "value": "nova*" } ] } } ],
+  "actions": [
+    { "routeToTarget": { "staticRoute": { "targetName": "nowhere",
+        "fallback": { "triggerOn": { "statusCodes": ["399"] },
+                      "targetFallback": [ { "targetName": "bedrock", "model": "x" } ] } } } }
+  ]
+}
+"#,
+    );
+    let out = Command::new(BIN)
+        .args(["check", "--offline", "--rule"])
+        .arg(&rule)
+        .arg("--config")
+        .arg(&base)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let r = rule.display().to_string();
+    let b = base.display().to_string();
+    let errors: Vec<&str> = stdout
+        .lines()
+        .filter(|l| !l.contains(": warning: "))
+        .collect();
+    assert_eq!(errors.len(), 3, "{stdout}");
+    // The priority collides with BASE's rule: reported in the rule file, naming BASE's rule.
+    assert!(
+        errors[0].starts_with(&format!(
+            "{r}:2:15: priority: priority 50 is already used by {b}: rules[0]"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        errors[1].starts_with(&format!(
+            "{r}:5:57: actions[0].routeToTarget.staticRoute.targetName: unknown target `nowhere`"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        errors[2].starts_with(&format!(
+            "{r}:6:54: actions[0].routeToTarget.staticRoute.fallback.triggerOn.statusCodes[0]: status code `399`"
+        )),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn check_offline_turns_a_missing_env_secret_into_a_warning() {
+    let path = write("offline.yaml", BASE);
+    let file = path.display().to_string();
+    let run = |offline: bool| {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("check");
+        if offline {
+            cmd.arg("--offline");
+        }
+        let out = cmd
+            .arg(&path)
+            .env_remove("SIDETRACK_CLI_TEST_UNSET_KEY")
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8(out.stdout).unwrap())
+    };
+    let (code, stdout) = run(false);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert_eq!(
+        stdout.trim_end(),
+        format!(
+            "{file}:2:77: targets[0].apiKey: environment variable `SIDETRACK_CLI_TEST_UNSET_KEY` is not set"
+        )
+    );
+    let (code, stdout) = run(true);
+    assert_eq!(code, Some(0), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "{file}:2:77: targets[0].apiKey: warning: environment variable `SIDETRACK_CLI_TEST_UNSET_KEY` is not set"
+        )),
+        "{stdout}"
+    );
+    assert_eq!(lines[1], format!("{file}: ok, 1 warning(s)"));
+}

@@ -619,3 +619,218 @@ rules:
         "{none:#?}"
     );
 }
+
+/// An `unhealthyCondition` that counts what a hop's triggers keep (issue 14 must-show 5): warned
+/// at the hop that keeps it, naming the codes and where the condition is written; the last hop
+/// (nothing to move on to) and a hop that falls back on everything counted are not warned.
+#[test]
+fn check_warns_when_unhealthy_condition_counts_what_the_triggers_keep() {
+    let src = r#"defaults:
+  circuitBreaker: { unhealthyCondition: "response.code == 429 || response.code >= 500" }
+targets:
+  - name: oa
+    provider: openai
+    baseUrl: "http://127.0.0.1:1/v1"
+    circuitBreaker:
+      unhealthyCondition: "response.code == 429 || response.code >= 500 || error == 'CONNECTION_ERROR'"
+  - { name: cl, provider: anthropic, baseUrl: "http://127.0.0.1:1", apiKey: k }
+rules:
+  - name: keeps-429
+    priority: 1
+    routeToTarget:
+      staticRoute: { target: oa, model: m1 }
+      fallback:
+        triggerOn: { statusCodes: ["5XX", "408"] }
+        targetFallback:
+          - { target: cl, model: m2, triggerOn: { statusCodes: ["5XX"] } }
+  - name: default-triggers
+    priority: 2
+    routeToTarget:
+      staticRoute: { target: cl, model: m3 }
+      fallback:
+        targetFallback:
+          - { target: oa, model: m4 }
+  - name: all-covered
+    priority: 3
+    routeToTarget:
+      staticRoute: { target: cl, model: m5 }
+      fallback:
+        triggerOn: { statusCodes: ["429", "5XX"] }
+        targetFallback:
+          - { target: oa, model: m6 }
+"#;
+    let (_, warnings) = load_str_with_warnings(src, "u.yaml", &env).unwrap();
+    let shown: Vec<String> = warnings
+        .iter()
+        .map(ToString::to_string)
+        .filter(|w| w.contains("unhealthyCondition"))
+        .collect();
+    assert_eq!(shown.len(), 2, "{shown:#?}");
+    // The primary of rule 0: the target's own condition counts 429 and CONNECTION_ERROR, which
+    // its triggerOn (5XX, 408) does not list. Its fallback hop is last and not warned.
+    assert!(
+        shown[0].starts_with("u.yaml:16:20: rules[0].routeToTarget.fallback.triggerOn: warning:"),
+        "{}",
+        shown[0]
+    );
+    assert!(
+        shown[0].contains("`oa`'s unhealthyCondition (targets[0].circuitBreaker.unhealthyCondition) counts 429, CONNECTION_ERROR"),
+        "{}",
+        shown[0]
+    );
+    assert!(shown[0].contains("goes back to the caller"), "{}", shown[0]);
+    // Rule 1's primary uses the defaults' condition and the default triggers (no 429).
+    assert!(
+        shown[1].starts_with("u.yaml:24:9: rules[1].routeToTarget.fallback: warning:"),
+        "{}",
+        shown[1]
+    );
+    assert!(
+        shown[1].contains("(defaults.circuitBreaker.unhealthyCondition) counts 429 ")
+            && shown[1].contains("the default set"),
+        "{}",
+        shown[1]
+    );
+}
+
+#[test]
+fn code_ranges_print_runs_and_classes() {
+    assert_eq!(crate::lint::code_ranges(&[429]), ["429"]);
+    let five: Vec<u16> = (500..=599).collect();
+    assert_eq!(crate::lint::code_ranges(&five), ["5XX"]);
+    let mut mixed: Vec<u16> = vec![408, 409, 410];
+    mixed.extend(429..=599);
+    assert_eq!(
+        crate::lint::code_ranges(&mixed),
+        ["408-410", "429-499", "5XX"]
+    );
+}
+
+const RULE_BASE: &str = r#"targets:
+  - { name: oa, provider: openai, baseUrl: "http://127.0.0.1:1/v1", apiKey: env:NOT_SET_ANYWHERE }
+  - { name: cl, provider: anthropic, baseUrl: "http://127.0.0.1:1", apiKey: k }
+rules:
+  - { name: base, priority: 10, matchModels: ["gpt-*"], routeToTarget: { staticRoute: { target: oa } } }
+"#;
+
+fn check_rule(rule: &str, offline: bool) -> Result<Checked, ConfigErrors> {
+    check_str(
+        RULE_BASE,
+        "base.yaml",
+        Some((rule, "rule.json")),
+        &env,
+        CheckOptions { offline },
+    )
+}
+
+/// An AgentCore rule array maps onto our model: conditions' anyOf entries, principals' ARNs, a
+/// weighted route's trafficSplit with per-leg fallbacks (`targetName` → `target`), `fallback`
+/// beside `staticRoute`, `ruleId` as the name; the API's bookkeeping keys are ignored.
+#[test]
+fn agentcore_rule_bodies_map_onto_rules() {
+    let rules = r#"[
+  { "ruleId": "r-1", "priority": 20, "status": "ACTIVE", "description": "d",
+    "conditions": [
+      { "matchModels": { "anyOf": [ { "value": "claude-*" }, { "value": "sonnet*" } ] } },
+      { "matchPrincipals": { "anyOf": [ { "iamPrincipal": { "arn": "team-a" } } ] } } ],
+    "actions": [ { "routeToTarget": {
+      "staticRoute": { "targetName": "cl", "model": "claude-sonnet-4-5" },
+      "fallback": { "triggerOn": { "statusCodes": ["429", "5XX"] },
+                    "targetFallback": [ { "targetName": "oa", "model": "gpt-4o", "firstByteTimeoutMilliseconds": 900 } ] } } } ] },
+  { "priority": 30,
+    "actions": [ { "routeToTarget": { "weightedRoute": { "trafficSplit": [
+      { "name": "a", "weight": 90, "targetName": "oa", "model": "m1",
+        "fallback": { "targetFallback": [ { "targetName": "cl", "model": "m2" } ] } },
+      { "name": "b", "weight": 10, "targetName": "cl", "model": "m3" } ] } } } ] }
+]"#;
+    let checked = check_rule(rules, true).unwrap();
+    let c = &checked.config;
+    assert_eq!(c.rules.len(), 3);
+    let r = &c.rules[1];
+    assert_eq!((r.name.as_str(), r.priority, r.index), ("r-1", 20, 1));
+    let m = r.match_models.as_ref().unwrap();
+    assert_eq!(m.operator, MatchOperator::StringLike);
+    assert_eq!(m.values, ["claude-*", "sonnet*"]);
+    let p = r.match_principals.as_ref().unwrap();
+    assert_eq!(p.operator, MatchOperator::StringEquals);
+    assert_eq!(p.values, ["team-a"]);
+    let Route::Static(s) = &r.route else {
+        panic!("static route expected")
+    };
+    assert_eq!(s.primary.target, "cl");
+    assert_eq!(s.fallbacks[0].destination.target, "oa");
+    assert_eq!(
+        s.fallbacks[0].policy.first_byte_timeout,
+        Some(Duration::from_millis(900))
+    );
+    let Route::Weighted(w) = &c.rules[2].route else {
+        panic!("weighted route expected")
+    };
+    assert_eq!(w.legs[0].weight, 90);
+    assert_eq!(
+        w.legs[0].route.fallbacks[0].destination.model.as_deref(),
+        Some("m2")
+    );
+    assert_eq!(c.rules[2].name, "rule-30");
+    // --offline: BASE's missing secret is a warning located in BASE.
+    assert!(checked.warnings[0].to_string().starts_with(
+        "base.yaml:2:77: targets[0].apiKey: warning: environment variable `NOT_SET_ANYWHERE`"
+    ));
+}
+
+/// Shape problems of the AgentCore body are located in the rule file, all at once; so are
+/// validation problems and warnings, with our paths turned back into the file's.
+#[test]
+fn agentcore_rule_problems_are_located_in_the_rule_file() {
+    let bad = r#"{
+  "priority": 10,
+  "conditions": [ { "matchPaths": { "anyOf": ["/x/*"] } },
+                  { "matchModels": { "anyOf": [ { "value": "a?" }, { "value": "b", "operator": "StringEquals" } ] } } ],
+  "actions": [ { "configurationBundle": {} }, { "routeToTarget": { "staticRoute": { "model": "m" }, "extra": 1 } } ]
+}"#;
+    let shown: Vec<String> = check_rule(bad, true)
+        .unwrap_err()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let expect = [
+        "rule.json:3:35: conditions[0].matchPaths: `matchPaths`",
+        "rule.json:4:60: conditions[1].matchModels.anyOf[0].value: `?` wildcards",
+        "rule.json:4:96: conditions[1].matchModels.anyOf[1].operator: `StringEquals` here but `StringLike`",
+        "rule.json:5:41: actions[0].configurationBundle: configuration bundles",
+        "rule.json:5:83: actions[1].routeToTarget.staticRoute: `targetName` is missing",
+        "rule.json:5:101: actions[1].routeToTarget.extra: unknown key",
+    ];
+    assert_eq!(shown.len(), expect.len(), "{shown:#?}");
+    for (got, want) in shown.iter().zip(expect) {
+        assert!(got.starts_with(want), "{shown:#?}\n  wanted {want}");
+    }
+    // Valid shape, but a priority BASE already uses, and a pitfall (triggerOn without 5XX).
+    let conflict = r#"{ "priority": 10, "actions": [ { "routeToTarget": { "staticRoute": {
+    "targetName": "oa", "model": "m",
+    "fallback": { "triggerOn": { "statusCodes": ["429"] }, "targetFallback": [ { "targetName": "cl" } ] } } } } ] }"#;
+    let e = check_rule(conflict, true).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "rule.json:1:15: priority: priority 10 is already used by base.yaml: rules[0]; priorities must be unique"
+    );
+    let ok = conflict.replace("\"priority\": 10", "\"priority\": 11");
+    let checked = check_rule(&ok, true).unwrap();
+    let rule_warnings: Vec<String> = checked
+        .warnings_for_rule(1)
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(rule_warnings.len(), 1, "{rule_warnings:#?}");
+    assert!(
+        rule_warnings[0].starts_with(
+            "rule.json:3:32: actions[0].routeToTarget.staticRoute.fallback.triggerOn: warning: a written triggerOn"
+        ),
+        "{}",
+        rule_warnings[0]
+    );
+    // Without --offline BASE's missing secret stays an error.
+    assert!(check_rule(&ok, false)
+        .unwrap_err()
+        .to_string()
+        .contains("`NOT_SET_ANYWHERE` is not set"));
+}

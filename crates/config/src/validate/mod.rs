@@ -24,6 +24,9 @@ pub(crate) struct Ctx<'a> {
     positions: &'a Positions,
     env: EnvLookup<'a>,
     errors: Vec<ConfigError>,
+    /// `check --offline`: a missing `env:` variable is recorded here as a warning instead of an
+    /// error, and a placeholder secret stands in for it.
+    offline: Option<&'a mut Vec<ConfigError>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -33,7 +36,14 @@ impl<'a> Ctx<'a> {
             positions,
             env,
             errors: Vec::new(),
+            offline: None,
         }
+    }
+
+    /// Missing `env:` variables become warnings pushed onto `warnings` (`check --offline`).
+    pub fn offline(mut self, warnings: &'a mut Vec<ConfigError>) -> Self {
+        self.offline = Some(warnings);
+        self
     }
 
     /// Records a problem at the value written at `path` (or its nearest written ancestor).
@@ -123,6 +133,17 @@ impl<'a> Ctx<'a> {
                 None
             }
             None => {
+                if let Some(warnings) = self.offline.as_deref_mut() {
+                    warnings.push(self.positions.problem(
+                        self.file,
+                        path,
+                        format!(
+                            "warning: environment variable `{name}` is not set (checked \
+                             --offline; `serve` needs it)"
+                        ),
+                    ));
+                    return Some(Secret(String::new()));
+                }
                 self.err(path, format!("environment variable `{name}` is not set"));
                 None
             }
