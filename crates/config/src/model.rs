@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sidetrack_resilience::Triggers;
+use sidetrack_resilience::{BreakerConfig, Triggers};
 
 /// A resolved secret. `Debug` never prints the value.
 #[derive(Clone, PartialEq, Eq)]
@@ -196,14 +196,9 @@ pub struct Capabilities {
 /// (in `defaults.circuitBreaker` or on the target), so `explain` can mark the rest as defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BreakerPolicy {
-    pub consecutive_failures: u32,           // default 5, >= 1
-    pub open: Duration,                      // default 30 s
-    pub max_open: Duration,                  // default 5 min, >= open
-    pub backoff_multiplier: f64,             // default 2.0, >= 1.0
-    pub half_open_probes: u32,               // default 3, >= 1
-    pub honor_retry_after: bool,             // default true
-    pub health_threshold: Option<f64>,       // 0..=100
-    pub restore_health: f64,                 // default 100, 0..=100
+    /// The breaker's own knobs, with their defaults (SPEC §5.5): one type, shared with the
+    /// breaker that runs them (`sidetrack_resilience::BreakerConfig`).
+    pub settings: BreakerConfig,
     pub unhealthy_condition: Option<String>, // CEL source, compiled by the engine
     pub overridden: Vec<&'static str>,
 }
@@ -212,14 +207,7 @@ impl Default for BreakerPolicy {
     /// The built-in SPEC §5.5 defaults, with nothing marked as overridden.
     fn default() -> Self {
         BreakerPolicy {
-            consecutive_failures: 5,
-            open: Duration::from_secs(30),
-            max_open: Duration::from_secs(300),
-            backoff_multiplier: 2.0,
-            half_open_probes: 3,
-            honor_retry_after: true,
-            health_threshold: None,
-            restore_health: 100.0,
+            settings: BreakerConfig::default(),
             unhealthy_condition: None,
             overridden: Vec::new(),
         }

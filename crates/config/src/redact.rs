@@ -201,14 +201,14 @@ fn target(t: &Target) -> Value {
 
 fn breaker(b: &BreakerPolicy) -> Value {
     json!({
-        "consecutiveFailures": b.consecutive_failures,
-        "openMilliseconds": millis(b.open),
-        "maxOpenMilliseconds": millis(b.max_open),
-        "backoffMultiplier": b.backoff_multiplier,
-        "halfOpenProbes": b.half_open_probes,
-        "honorRetryAfter": b.honor_retry_after,
-        "healthThreshold": b.health_threshold,
-        "restoreHealth": b.restore_health,
+        "consecutiveFailures": b.settings.consecutive_failures,
+        "openMilliseconds": millis(b.settings.open),
+        "maxOpenMilliseconds": millis(b.settings.max_open),
+        "backoffMultiplier": b.settings.backoff_multiplier,
+        "halfOpenProbes": b.settings.half_open_probes,
+        "honorRetryAfter": b.settings.honor_retry_after,
+        "healthThreshold": b.settings.health_threshold,
+        "restoreHealth": b.settings.restore_health,
         "unhealthyCondition": b.unhealthy_condition,
         "overridden": b.overridden,
     })

@@ -256,20 +256,20 @@ fn breaker(b: &BreakerPolicy) -> String {
     };
     let mut s = format!(
         "consecutiveFailures {}{}, openMilliseconds {}{}, backoffMultiplier {}{}, maxOpenMilliseconds {}{}, halfOpenProbes {}{}, honorRetryAfter {}{}",
-        b.consecutive_failures,
+        b.settings.consecutive_failures,
         mark("consecutiveFailures"),
-        b.open.as_millis(),
+        b.settings.open.as_millis(),
         mark("openMilliseconds"),
-        b.backoff_multiplier,
+        b.settings.backoff_multiplier,
         mark("backoffMultiplier"),
-        b.max_open.as_millis(),
+        b.settings.max_open.as_millis(),
         mark("maxOpenMilliseconds"),
-        b.half_open_probes,
+        b.settings.half_open_probes,
         mark("halfOpenProbes"),
-        b.honor_retry_after,
+        b.settings.honor_retry_after,
         mark("honorRetryAfter"),
     );
-    if let Some(h) = b.health_threshold {
+    if let Some(h) = b.settings.health_threshold {
         let _ = write!(s, ", healthThreshold {h}");
     }
     if let Some(c) = &b.unhealthy_condition {

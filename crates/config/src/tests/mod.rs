@@ -120,8 +120,8 @@ fn spec_example_loads_with_every_value() {
         "restoreHealth",
     ];
     assert_eq!(c.defaults.circuit_breaker.overridden, written);
-    assert_eq!(c.defaults.circuit_breaker.health_threshold, None);
-    assert_eq!(openai.circuit_breaker.consecutive_failures, 5);
+    assert_eq!(c.defaults.circuit_breaker.settings.health_threshold, None);
+    assert_eq!(openai.circuit_breaker.settings.consecutive_failures, 5);
 
     // Rules come sorted by priority and remember their index in the file.
     let names: Vec<_> = c
@@ -294,14 +294,14 @@ fn minimal_config_gets_every_default() {
 #[test]
 fn built_in_breaker_defaults_match_spec() {
     let b = BreakerPolicy::default();
-    assert_eq!(b.consecutive_failures, 5);
-    assert_eq!(b.open, Duration::from_secs(30));
-    assert_eq!(b.max_open, Duration::from_secs(300));
-    assert_eq!(b.backoff_multiplier, 2.0);
-    assert_eq!(b.half_open_probes, 3);
-    assert!(b.honor_retry_after);
-    assert_eq!(b.health_threshold, None);
-    assert_eq!(b.restore_health, 100.0);
+    assert_eq!(b.settings.consecutive_failures, 5);
+    assert_eq!(b.settings.open, Duration::from_secs(30));
+    assert_eq!(b.settings.max_open, Duration::from_secs(300));
+    assert_eq!(b.settings.backoff_multiplier, 2.0);
+    assert_eq!(b.settings.half_open_probes, 3);
+    assert!(b.settings.honor_retry_after);
+    assert_eq!(b.settings.health_threshold, None);
+    assert_eq!(b.settings.restore_health, 100.0);
     assert!(b.overridden.is_empty());
 }
 
@@ -319,14 +319,22 @@ targets:
 ";
     let c = load(src).unwrap();
     let d = &c.defaults.circuit_breaker;
-    assert_eq!(d.open, Duration::from_secs(10));
+    assert_eq!(d.settings.open, Duration::from_secs(10));
     assert_eq!(d.overridden, vec!["openMilliseconds", "healthThreshold"]);
     let a = &c.targets[0].circuit_breaker;
-    assert_eq!(a.consecutive_failures, 2);
-    assert_eq!(a.open, Duration::from_secs(10), "inherited from defaults");
-    assert_eq!(a.health_threshold, Some(40.0));
-    assert_eq!(a.restore_health, 80.0);
-    assert_eq!(a.max_open, Duration::from_secs(300), "built-in default");
+    assert_eq!(a.settings.consecutive_failures, 2);
+    assert_eq!(
+        a.settings.open,
+        Duration::from_secs(10),
+        "inherited from defaults"
+    );
+    assert_eq!(a.settings.health_threshold, Some(40.0));
+    assert_eq!(a.settings.restore_health, 80.0);
+    assert_eq!(
+        a.settings.max_open,
+        Duration::from_secs(300),
+        "built-in default"
+    );
     assert_eq!(
         a.overridden,
         vec![

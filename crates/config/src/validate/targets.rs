@@ -209,23 +209,23 @@ pub(super) fn breaker(
     if let Some(v) = raw.consecutive_failures {
         mark(&mut p.overridden, "consecutiveFailures");
         if let Some(n) = ctx.count(v, 1, &at("consecutiveFailures")) {
-            p.consecutive_failures = n;
+            p.settings.consecutive_failures = n;
         }
     }
     if let Some(v) = raw.open_milliseconds {
         mark(&mut p.overridden, "openMilliseconds");
         if let Some(ms) = ctx.at_least(v, 1, &at("openMilliseconds")) {
-            p.open = Duration::from_millis(ms);
+            p.settings.open = Duration::from_millis(ms);
         }
     }
     if let Some(v) = raw.max_open_milliseconds {
         mark(&mut p.overridden, "maxOpenMilliseconds");
         if let Some(ms) = ctx.at_least(v, 1, &at("maxOpenMilliseconds")) {
-            p.max_open = Duration::from_millis(ms);
+            p.settings.max_open = Duration::from_millis(ms);
         }
     }
     if (raw.open_milliseconds.is_some() || raw.max_open_milliseconds.is_some())
-        && p.max_open < p.open
+        && p.settings.max_open < p.settings.open
     {
         let knob = if raw.max_open_milliseconds.is_some() {
             "maxOpenMilliseconds"
@@ -236,15 +236,15 @@ pub(super) fn breaker(
             &at(knob),
             format!(
                 "maxOpenMilliseconds ({}) must be at least openMilliseconds ({})",
-                p.max_open.as_millis(),
-                p.open.as_millis()
+                p.settings.max_open.as_millis(),
+                p.settings.open.as_millis()
             ),
         );
     }
     if let Some(v) = raw.backoff_multiplier {
         mark(&mut p.overridden, "backoffMultiplier");
         if v.is_finite() && v >= 1.0 {
-            p.backoff_multiplier = v;
+            p.settings.backoff_multiplier = v;
         } else {
             ctx.err(
                 &at("backoffMultiplier"),
@@ -255,23 +255,23 @@ pub(super) fn breaker(
     if let Some(v) = raw.half_open_probes {
         mark(&mut p.overridden, "halfOpenProbes");
         if let Some(n) = ctx.count(v, 1, &at("halfOpenProbes")) {
-            p.half_open_probes = n;
+            p.settings.half_open_probes = n;
         }
     }
     if let Some(v) = raw.honor_retry_after {
         mark(&mut p.overridden, "honorRetryAfter");
-        p.honor_retry_after = v;
+        p.settings.honor_retry_after = v;
     }
     if let Some(v) = raw.health_threshold {
         mark(&mut p.overridden, "healthThreshold");
         if let Some(v) = percent(ctx, v, &at("healthThreshold")) {
-            p.health_threshold = Some(v);
+            p.settings.health_threshold = Some(v);
         }
     }
     if let Some(v) = raw.restore_health {
         mark(&mut p.overridden, "restoreHealth");
         if let Some(v) = percent(ctx, v, &at("restoreHealth")) {
-            p.restore_health = v;
+            p.settings.restore_health = v;
         }
     }
     if let Some(v) = &raw.unhealthy_condition {

@@ -31,17 +31,9 @@ use crate::observe::metrics::{DestMetrics, Metrics};
 /// Weight of the newest time-to-first-byte sample (same α as the health score).
 const TTFB_ALPHA: f64 = 0.3;
 
+/// The breaker's settings from a target's policy.
 pub fn breaker_config(p: &BreakerPolicy) -> BreakerConfig {
-    BreakerConfig {
-        consecutive_failures: p.consecutive_failures,
-        open: p.open,
-        max_open: p.max_open,
-        backoff_multiplier: p.backoff_multiplier,
-        half_open_probes: p.half_open_probes,
-        honor_retry_after: p.honor_retry_after,
-        health_threshold: p.health_threshold,
-        restore_health: p.restore_health,
-    }
+    p.settings.clone()
 }
 
 struct Inner {
