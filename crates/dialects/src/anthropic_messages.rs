@@ -300,7 +300,7 @@ pub(crate) fn stop_to_wire(reason: StopReason) -> &'static str {
 }
 
 /// What one upstream Messages SSE event means for the commit decision (SPEC §5.6).
-pub fn classify_stream_event(ev: &SseEvent) -> crate::StreamEvent {
+pub fn classify_stream_event(ev: &SseEvent) -> crate::StreamEventClass {
     let v: serde_json::Value = serde_json::from_str(&ev.data).unwrap_or_default();
     let kind = ev
         .event
@@ -308,25 +308,25 @@ pub fn classify_stream_event(ev: &SseEvent) -> crate::StreamEvent {
         .or_else(|| v["type"].as_str())
         .unwrap_or_default();
     match kind {
-        "message_start" | "ping" => crate::StreamEvent::Preamble,
+        "message_start" | "ping" => crate::StreamEventClass::Preamble,
         "content_block_start" => {
             let b = &v["content_block"];
             if b["type"] == "text" && b["text"].as_str().unwrap_or_default().is_empty() {
-                crate::StreamEvent::Preamble
+                crate::StreamEventClass::Preamble
             } else {
-                crate::StreamEvent::Content
+                crate::StreamEventClass::Content
             }
         }
         "content_block_delta" | "content_block_stop" | "message_delta" => {
-            crate::StreamEvent::Content
+            crate::StreamEventClass::Content
         }
-        "message_stop" => crate::StreamEvent::Done,
+        "message_stop" => crate::StreamEventClass::Done,
         "error" => {
             let error_type = v["error"]["type"]
                 .as_str()
                 .unwrap_or("api_error")
                 .to_owned();
-            crate::StreamEvent::Error {
+            crate::StreamEventClass::Error {
                 status: status_for_error_type(&error_type),
                 message: v["error"]["message"]
                     .as_str()
@@ -335,7 +335,7 @@ pub fn classify_stream_event(ev: &SseEvent) -> crate::StreamEvent {
                 error_type,
             }
         }
-        _ => crate::StreamEvent::Metadata,
+        _ => crate::StreamEventClass::Metadata,
     }
 }
 

@@ -82,13 +82,13 @@ struct ErrorBody {
 }
 
 /// What one upstream SSE event means for the commit decision.
-pub fn classify_stream_event(ev: &SseEvent) -> crate::StreamEvent {
+pub fn classify_stream_event(ev: &SseEvent) -> crate::StreamEventClass {
     if let Some(end) = stream_end(ev) {
         return end;
     }
     let data = ev.data.trim();
     let Ok(chunk) = serde_json::from_str::<Chunk<'_>>(data) else {
-        return crate::StreamEvent::Metadata;
+        return crate::StreamEventClass::Metadata;
     };
     let has_content = chunk.choices.iter().any(|c| {
         c.finish_reason.is_some()
@@ -99,11 +99,11 @@ pub fn classify_stream_event(ev: &SseEvent) -> crate::StreamEvent {
             })
     });
     if has_content {
-        crate::StreamEvent::Content
+        crate::StreamEventClass::Content
     } else if chunk.choices.is_empty() && chunk.usage.is_some() {
-        crate::StreamEvent::Metadata
+        crate::StreamEventClass::Metadata
     } else {
-        crate::StreamEvent::Preamble
+        crate::StreamEventClass::Preamble
     }
 }
 
@@ -112,8 +112,8 @@ pub fn classify_stream_event(ev: &SseEvent) -> crate::StreamEvent {
 /// exactly as [`classify_stream_event`] does and `Metadata` for every other event. It reports
 /// content and preamble chunks as `Metadata` too, since it never parses a chunk. That saves a full
 /// JSON parse of every content chunk on the hot path.
-pub fn classify_stream_event_after_content(ev: &SseEvent) -> crate::StreamEvent {
-    stream_end(ev).unwrap_or(crate::StreamEvent::Metadata)
+pub fn classify_stream_event_after_content(ev: &SseEvent) -> crate::StreamEventClass {
+    stream_end(ev).unwrap_or(crate::StreamEventClass::Metadata)
 }
 
 /// [`classify_stream_event`] for a stream that has not carried content yet, as the commit decision
@@ -122,15 +122,15 @@ pub fn classify_stream_event_after_content(ev: &SseEvent) -> crate::StreamEvent 
 /// ([`crate::chunk_scan`]), which falls back to the typed parse wherever that parse could answer
 /// differently. The one difference, documented there: a chunk whose only fault is a malformed
 /// value the pass does not read is answered from the values it does read.
-pub fn classify_stream_event_before_content(ev: &SseEvent) -> crate::StreamEvent {
+pub fn classify_stream_event_before_content(ev: &SseEvent) -> crate::StreamEventClass {
     if let Some(end) = stream_end(ev) {
         return end;
     }
     match crate::chunk_scan::scan(ev.data.as_bytes()) {
-        crate::chunk_scan::Scan::Content => crate::StreamEvent::Content,
-        crate::chunk_scan::Scan::NoContent => crate::StreamEvent::Metadata,
+        crate::chunk_scan::Scan::Content => crate::StreamEventClass::Content,
+        crate::chunk_scan::Scan::NoContent => crate::StreamEventClass::Metadata,
         crate::chunk_scan::Scan::Unsure => match classify_stream_event(ev) {
-            crate::StreamEvent::Preamble => crate::StreamEvent::Metadata,
+            crate::StreamEventClass::Preamble => crate::StreamEventClass::Metadata,
             other => other,
         },
     }
@@ -145,7 +145,7 @@ pub fn classify_stream_event_before_content(ev: &SseEvent) -> crate::StreamEvent
 ///
 /// This is what the gateway runs between an upstream's first chunk and the caller's first token,
 /// so it touches as little code as it can (docs/decisions/0003-hot-path.md, "Fourth pass").
-pub fn classify_chunk_before_content(chunk: &[u8]) -> Option<crate::StreamEvent> {
+pub fn classify_chunk_before_content(chunk: &[u8]) -> Option<crate::StreamEventClass> {
     if memchr::memchr(b'\r', chunk).is_some() {
         return None;
     }
@@ -163,15 +163,15 @@ pub fn classify_chunk_before_content(chunk: &[u8]) -> Option<crate::StreamEvent>
         let value = line.strip_prefix(b"data:")?;
         let value = value.strip_prefix(b" ").unwrap_or(value);
         if value.trim_ascii_start().starts_with(b"[DONE]") {
-            return Some(crate::StreamEvent::Done);
+            return Some(crate::StreamEventClass::Done);
         }
         match crate::chunk_scan::scan(value) {
-            crate::chunk_scan::Scan::Content => return Some(crate::StreamEvent::Content),
+            crate::chunk_scan::Scan::Content => return Some(crate::StreamEventClass::Content),
             crate::chunk_scan::Scan::NoContent => {}
             crate::chunk_scan::Scan::Unsure => return None,
         }
     }
-    Some(crate::StreamEvent::Metadata)
+    Some(crate::StreamEventClass::Metadata)
 }
 
 /// What follows each plain occurrence of the searcher's quoted key that is followed by `:` (so
@@ -192,10 +192,10 @@ fn member_values<'d>(
 /// The checks of [`classify_stream_event`] that need no parse of the chunk: `[DONE]`, and an
 /// error event (marked by an `error` event name or an `"error":{…}` member, and parsed only then).
 /// `None` for any other event.
-fn stream_end(ev: &SseEvent) -> Option<crate::StreamEvent> {
+fn stream_end(ev: &SseEvent) -> Option<crate::StreamEventClass> {
     let data = ev.data.trim();
     if data.starts_with("[DONE]") {
-        return Some(crate::StreamEvent::Done);
+        return Some(crate::StreamEventClass::Done);
     }
     if ev.event.as_deref() == Some("error") || has_object_member(data.as_bytes(), &ERROR_KEY) {
         if let Ok(env) = serde_json::from_str::<ErrorEnvelope>(data) {
@@ -203,7 +203,7 @@ fn stream_end(ev: &SseEvent) -> Option<crate::StreamEvent> {
             let error_type = specific_error_type(env.error.kind.as_deref(), code)
                 .unwrap_or("server_error")
                 .to_owned();
-            return Some(crate::StreamEvent::Error {
+            return Some(crate::StreamEventClass::Error {
                 status: error_status(&error_type, code),
                 message: env.error.message.unwrap_or_default(),
                 error_type,
@@ -1606,26 +1606,26 @@ mod tests {
         let role = r#"{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"finish_reason":null}]}"#;
         assert_eq!(
             classify_stream_event(&ev(role)),
-            crate::StreamEvent::Preamble
+            crate::StreamEventClass::Preamble
         );
         let text =
             r#"{"id":"c","choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"#;
         assert_eq!(
             classify_stream_event(&ev(text)),
-            crate::StreamEvent::Content
+            crate::StreamEventClass::Content
         );
         let tool = r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"x"}]},"finish_reason":null}]}"#;
         assert_eq!(
             classify_stream_event(&ev(tool)),
-            crate::StreamEvent::Content
+            crate::StreamEventClass::Content
         );
         let fin = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
-        assert_eq!(classify_stream_event(&ev(fin)), crate::StreamEvent::Content);
+        assert_eq!(classify_stream_event(&ev(fin)), crate::StreamEventClass::Content);
         let usage =
             r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}"#;
         assert_eq!(
             classify_stream_event(&ev(usage)),
-            crate::StreamEvent::Metadata
+            crate::StreamEventClass::Metadata
         );
         assert_eq!(
             stream_event_usage(&ev(usage)),
@@ -1636,12 +1636,12 @@ mod tests {
         );
         assert_eq!(
             classify_stream_event(&ev("[DONE]")),
-            crate::StreamEvent::Done
+            crate::StreamEventClass::Done
         );
         let err = r#"{"error":{"message":"Overloaded","type":"overloaded_error","param":null,"code":null}}"#;
         assert_eq!(
             classify_stream_event(&ev(err)),
-            crate::StreamEvent::Error {
+            crate::StreamEventClass::Error {
                 status: 529,
                 error_type: "overloaded_error".into(),
                 message: "Overloaded".into()
@@ -1691,10 +1691,10 @@ mod tests {
             let full = classify_stream_event(&ev);
             let after = classify_stream_event_after_content(&ev);
             match full {
-                crate::StreamEvent::Done | crate::StreamEvent::Error { .. } => {
+                crate::StreamEventClass::Done | crate::StreamEventClass::Error { .. } => {
                     assert_eq!(after, full, "{ev:?}")
                 }
-                _ => assert_eq!(after, crate::StreamEvent::Metadata, "{ev:?}"),
+                _ => assert_eq!(after, crate::StreamEventClass::Metadata, "{ev:?}"),
             }
         }
     }
@@ -1723,8 +1723,8 @@ mod tests {
             let full = classify_stream_event(&ev);
             let before = classify_stream_event_before_content(&ev);
             match full {
-                crate::StreamEvent::Preamble | crate::StreamEvent::Metadata => {
-                    assert_eq!(before, crate::StreamEvent::Metadata, "{ev:?}")
+                crate::StreamEventClass::Preamble | crate::StreamEventClass::Metadata => {
+                    assert_eq!(before, crate::StreamEventClass::Metadata, "{ev:?}")
                 }
                 _ => assert_eq!(before, full, "{ev:?}"),
             }
@@ -1747,18 +1747,18 @@ mod tests {
             let chunk: String = events.iter().map(|e| format!("{e}\n\n")).collect();
             classify_chunk_before_content(chunk.as_bytes())
         };
-        assert_eq!(decide(&[role]), Some(crate::StreamEvent::Metadata));
+        assert_eq!(decide(&[role]), Some(crate::StreamEventClass::Metadata));
         assert_eq!(
             decide(&[": keep-alive", role]),
-            Some(crate::StreamEvent::Metadata)
+            Some(crate::StreamEventClass::Metadata)
         );
-        assert_eq!(decide(&[role, text]), Some(crate::StreamEvent::Content));
+        assert_eq!(decide(&[role, text]), Some(crate::StreamEventClass::Content));
         assert_eq!(
             decide(&[role, "data: [DONE]"]),
-            Some(crate::StreamEvent::Done)
+            Some(crate::StreamEventClass::Done)
         );
         // The first deciding event wins; an error event before it is not read here.
-        assert_eq!(decide(&[text, err]), Some(crate::StreamEvent::Content));
+        assert_eq!(decide(&[text, err]), Some(crate::StreamEventClass::Content));
         assert_eq!(decide(&[err, text]), None);
         // Only whole single-line events, no carriage returns.
         for chunk in [

@@ -554,7 +554,7 @@ pub fn response_usage(body: &[u8]) -> Option<Usage> {
 }
 
 /// What one upstream Responses SSE event means for the commit decision (SPEC §5.6).
-pub fn classify_stream_event(ev: &SseEvent) -> crate::StreamEvent {
+pub fn classify_stream_event(ev: &SseEvent) -> crate::StreamEventClass {
     let v: serde_json::Value = serde_json::from_str(&ev.data).unwrap_or_default();
     let kind = v["type"]
         .as_str()
@@ -562,13 +562,13 @@ pub fn classify_stream_event(ev: &SseEvent) -> crate::StreamEvent {
         .unwrap_or_default();
     match kind {
         "response.created" | "response.in_progress" | "response.queued" => {
-            crate::StreamEvent::Preamble
+            crate::StreamEventClass::Preamble
         }
         "response.output_item.added" if v["item"]["type"] == "message" => {
-            crate::StreamEvent::Preamble
+            crate::StreamEventClass::Preamble
         }
-        "response.content_part.added" => crate::StreamEvent::Preamble,
-        "response.completed" | "response.incomplete" => crate::StreamEvent::Done,
+        "response.content_part.added" => crate::StreamEventClass::Preamble,
+        "response.completed" | "response.incomplete" => crate::StreamEventClass::Done,
         "error" | "response.failed" => {
             let err = if kind == "error" {
                 &v
@@ -580,14 +580,14 @@ pub fn classify_stream_event(ev: &SseEvent) -> crate::StreamEvent {
                 .or_else(|| err["type"].as_str().filter(|t| *t != "error"))
                 .unwrap_or("server_error")
                 .to_owned();
-            crate::StreamEvent::Error {
+            crate::StreamEventClass::Error {
                 status: error_status(&error_type, err["code"].as_str()),
                 message: err["message"].as_str().unwrap_or_default().to_owned(),
                 error_type,
             }
         }
-        k if k.starts_with("response.") => crate::StreamEvent::Content,
-        _ => crate::StreamEvent::Metadata,
+        k if k.starts_with("response.") => crate::StreamEventClass::Content,
+        _ => crate::StreamEventClass::Metadata,
     }
 }
 
@@ -726,7 +726,7 @@ impl StreamDecoder {
                 self.finished = true;
             }
             "error" | "response.failed" => {
-                if let crate::StreamEvent::Error {
+                if let crate::StreamEventClass::Error {
                     status,
                     error_type,
                     message,
