@@ -15,7 +15,7 @@ use crate::canonical::{
     TranslateError,
 };
 use crate::errors::{status_for_error_type, GatewayErrorKind, RenderedError};
-use crate::openai_chat::{
+use crate::common::{
     classify_error, concat, normalize_messages, parse_any_error, raw_json, schema_text, terr,
     ErrorClass,
 };

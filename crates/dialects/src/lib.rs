@@ -8,6 +8,7 @@ pub mod anthropic_messages;
 pub mod bedrock;
 pub mod canonical;
 mod chunk_scan;
+pub(crate) mod common;
 pub mod errors;
 mod json_tail;
 pub mod openai_chat;

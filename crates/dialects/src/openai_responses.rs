@@ -15,10 +15,11 @@ use crate::canonical::{
     ToolChoice, TranslateError,
 };
 use crate::errors::{GatewayErrorKind, RenderedError};
-use crate::openai_chat::{
-    self, classify_error, concat, data_url, error_status, normalize_messages, openai_error_type,
-    parse_any_error, parse_data_url, raw_json, schema_text, terr, unix_now, ErrorClass,
+use crate::common::{
+    classify_error, concat, data_url, normalize_messages, parse_any_error, parse_data_url,
+    raw_json, schema_text, terr, unix_now, ErrorClass,
 };
+use crate::openai_chat::{self, error_status, openai_error_type};
 use crate::request::ParsedRequest;
 use crate::sse::{self, SseEvent};
 use crate::InputOutputUsage as WireUsage;
