@@ -6,7 +6,6 @@ use serde_json::value::RawValue;
 
 use crate::canonical::{Message, Part, TranslateError};
 
-
 pub(crate) fn terr(msg: impl Into<String>) -> TranslateError {
     TranslateError(msg.into())
 }
