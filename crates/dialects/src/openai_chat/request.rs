@@ -33,35 +33,7 @@ pub fn to_canonical(req: &ParsedRequest) -> Result<ChatRequest, TranslateError> 
                 role: Role::User,
                 content: chat_user_parts(m.content.as_deref(), i)?,
             }),
-            "assistant" => {
-                let mut content = Vec::new();
-                if let Some(raw) = m.content.as_deref() {
-                    for part in chat_user_parts(Some(raw), i)? {
-                        match part {
-                            Part::Text(t) => content.push(Part::Text(t)),
-                            _ => {
-                                return Err(terr(format!(
-                                    "openai-chat messages[{i}]: assistant content may only be text"
-                                )))
-                            }
-                        }
-                    }
-                }
-                if let Some(r) = m.refusal.as_deref().filter(|r| !r.is_empty()) {
-                    content.push(Part::Text(r.to_owned()));
-                }
-                for tc in m.tool_calls.iter().flatten() {
-                    content.push(Part::ToolCall {
-                        id: tc.id.clone(),
-                        name: tc.function.name.clone(),
-                        arguments: tc.function.arguments.clone(),
-                    });
-                }
-                messages.push(Message {
-                    role: Role::Assistant,
-                    content,
-                });
-            }
+            "assistant" => messages.push(assistant_message(m, i)?),
             "tool" => messages.push(Message {
                 role: Role::User,
                 content: vec![Part::ToolResult {
@@ -77,8 +49,60 @@ pub fn to_canonical(req: &ParsedRequest) -> Result<ChatRequest, TranslateError> 
             }
         }
     }
-    let mut tools = Vec::new();
-    for (i, t) in wire.tools.iter().flatten().enumerate() {
+    let tools = wire_tools(wire.tools.as_deref())?;
+    let tool_choice = wire_tool_choice(wire.tool_choice.as_ref())?;
+    let stop = wire_stop(wire.stop.as_ref())?;
+    let json_schema = wire_json_schema(wire.response_format.as_ref())?;
+    Ok(ChatRequest {
+        model: req.model.clone(),
+        system,
+        messages: normalize_messages(messages),
+        tools,
+        tool_choice,
+        max_tokens: wire.max_completion_tokens.or(wire.max_tokens),
+        temperature: wire.temperature,
+        top_p: wire.top_p,
+        stop,
+        stream: req.stream,
+        json_schema,
+    })
+}
+
+/// An `assistant` message: its text (or refusal) and its tool calls.
+fn assistant_message(m: &ChatWireMessage, i: usize) -> Result<Message, TranslateError> {
+    let mut content = Vec::new();
+    if let Some(raw) = m.content.as_deref() {
+        for part in chat_user_parts(Some(raw), i)? {
+            match part {
+                Part::Text(t) => content.push(Part::Text(t)),
+                _ => {
+                    return Err(terr(format!(
+                        "openai-chat messages[{i}]: assistant content may only be text"
+                    )))
+                }
+            }
+        }
+    }
+    if let Some(r) = m.refusal.as_deref().filter(|r| !r.is_empty()) {
+        content.push(Part::Text(r.to_owned()));
+    }
+    for tc in m.tool_calls.iter().flatten() {
+        content.push(Part::ToolCall {
+            id: tc.id.clone(),
+            name: tc.function.name.clone(),
+            arguments: tc.function.arguments.clone(),
+        });
+    }
+    Ok(Message {
+        role: Role::Assistant,
+        content,
+    })
+}
+
+/// `tools`: function tools only.
+fn wire_tools(tools: Option<&[ChatWireTool]>) -> Result<Vec<Tool>, TranslateError> {
+    let mut out = Vec::new();
+    for (i, t) in tools.into_iter().flatten().enumerate() {
         let f = match (t.kind.as_str(), &t.function) {
             ("function", Some(f)) => f,
             (kind, _) => {
@@ -87,13 +111,20 @@ pub fn to_canonical(req: &ParsedRequest) -> Result<ChatRequest, TranslateError> 
                 )))
             }
         };
-        tools.push(Tool {
+        out.push(Tool {
             name: f.name.clone(),
             description: f.description.clone(),
             parameters: schema_text(f.parameters.as_deref()),
         });
     }
-    let tool_choice = match &wire.tool_choice {
+    Ok(out)
+}
+
+/// `tool_choice`: a mode string or `{"function":{"name":…}}`.
+fn wire_tool_choice(
+    choice: Option<&serde_json::Value>,
+) -> Result<Option<ToolChoice>, TranslateError> {
+    Ok(match choice {
         None | Some(serde_json::Value::Null) => None,
         Some(serde_json::Value::String(s)) => Some(match s.as_str() {
             "auto" => ToolChoice::Auto,
@@ -109,8 +140,12 @@ pub fn to_canonical(req: &ParsedRequest) -> Result<ChatRequest, TranslateError> 
             Some(name) => Some(ToolChoice::Tool(name.to_owned())),
             None => return Err(terr("openai-chat tool_choice object without function.name")),
         },
-    };
-    let stop = match &wire.stop {
+    })
+}
+
+/// `stop`: one string or an array of strings.
+fn wire_stop(stop: Option<&serde_json::Value>) -> Result<Vec<String>, TranslateError> {
+    Ok(match stop {
         None | Some(serde_json::Value::Null) => Vec::new(),
         Some(serde_json::Value::String(s)) => vec![s.clone()],
         Some(serde_json::Value::Array(a)) => a
@@ -119,8 +154,12 @@ pub fn to_canonical(req: &ParsedRequest) -> Result<ChatRequest, TranslateError> 
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| terr("openai-chat `stop` must be strings"))?,
         Some(_) => return Err(terr("openai-chat `stop` must be a string or an array")),
-    };
-    let json_schema = match &wire.response_format {
+    })
+}
+
+/// `response_format`: `text` (none) or `json_schema`.
+fn wire_json_schema(format: Option<&ChatWireFormat>) -> Result<Option<JsonSchema>, TranslateError> {
+    Ok(match format {
         None => None,
         Some(f) => match f.kind.as_str() {
             "text" => None,
@@ -141,19 +180,6 @@ pub fn to_canonical(req: &ParsedRequest) -> Result<ChatRequest, TranslateError> 
                 )))
             }
         },
-    };
-    Ok(ChatRequest {
-        model: req.model.clone(),
-        system,
-        messages: normalize_messages(messages),
-        tools,
-        tool_choice,
-        max_tokens: wire.max_completion_tokens.or(wire.max_tokens),
-        temperature: wire.temperature,
-        top_p: wire.top_p,
-        stop,
-        stream: req.stream,
-        json_schema,
     })
 }
 
@@ -172,101 +198,12 @@ pub fn request_body(req: &ChatRequest) -> Result<Bytes, TranslateError> {
     }
     for m in &req.messages {
         match m.role {
-            Role::User => {
-                let mut parts: Vec<ChatOutPart<'_>> = Vec::new();
-                for p in &m.content {
-                    match p {
-                        Part::ToolResult {
-                            call_id, content, ..
-                        } => {
-                            flush_user_parts(&mut messages, &mut parts);
-                            messages.push(ChatOutMessage {
-                                role: "tool",
-                                content: ChatOutContent::Text(content),
-                                tool_calls: None,
-                                tool_call_id: Some(call_id),
-                            });
-                        }
-                        Part::Text(t) => parts.push(ChatOutPart::Text { text: t }),
-                        Part::Image { media_type, data } => parts.push(ChatOutPart::ImageUrl {
-                            image_url: ChatOutUrl {
-                                url: data_url(media_type, data),
-                            },
-                        }),
-                        Part::ToolCall { .. } => {
-                            return Err(terr("a user turn cannot carry a tool call"))
-                        }
-                    }
-                }
-                flush_user_parts(&mut messages, &mut parts);
-            }
-            Role::Assistant => {
-                let mut texts = Vec::new();
-                let mut calls = Vec::new();
-                for p in &m.content {
-                    match p {
-                        Part::Text(t) => texts.push(ChatOutPart::Text { text: t }),
-                        Part::ToolCall {
-                            id,
-                            name,
-                            arguments,
-                        } => calls.push(ChatOutToolCall {
-                            id,
-                            kind: "function",
-                            function: ChatOutFunctionCall { name, arguments },
-                        }),
-                        _ => {
-                            return Err(terr(
-                                "openai-chat assistant turns carry only text and tool calls",
-                            ))
-                        }
-                    }
-                }
-                let content = match texts.len() {
-                    0 => ChatOutContent::Null,
-                    1 => match texts.pop() {
-                        Some(ChatOutPart::Text { text }) => ChatOutContent::Text(text),
-                        _ => ChatOutContent::Null,
-                    },
-                    _ => ChatOutContent::Parts(texts),
-                };
-                messages.push(ChatOutMessage {
-                    role: "assistant",
-                    content,
-                    tool_calls: (!calls.is_empty()).then_some(calls),
-                    tool_call_id: None,
-                });
-            }
+            Role::User => push_user_turn(&mut messages, &m.content)?,
+            Role::Assistant => messages.push(assistant_turn(&m.content)?),
         }
     }
-    let tools = req
-        .tools
-        .iter()
-        .map(|t| {
-            Ok(ChatOutTool {
-                kind: "function",
-                function: ChatOutFunction {
-                    name: &t.name,
-                    description: t.description.as_deref(),
-                    parameters: raw_json(&t.parameters, "tool parameters")?,
-                },
-            })
-        })
-        .collect::<Result<Vec<_>, TranslateError>>()?;
-    let response_format = req
-        .json_schema
-        .as_ref()
-        .map(|s| {
-            Ok::<_, TranslateError>(ChatOutFormat {
-                kind: "json_schema",
-                json_schema: ChatOutSchema {
-                    name: &s.name,
-                    schema: raw_json(&s.schema, "json_schema schema")?,
-                    strict: s.strict,
-                },
-            })
-        })
-        .transpose()?;
+    let tools = out_tools(&req.tools)?;
+    let response_format = req.json_schema.as_ref().map(out_format).transpose()?;
     let body = ChatOutRequest {
         model: &req.model,
         messages,
@@ -288,6 +225,107 @@ pub fn request_body(req: &ChatRequest) -> Result<Bytes, TranslateError> {
     serde_json::to_vec(&body)
         .map(Bytes::from)
         .map_err(|e| terr(format!("rendering openai-chat body: {e}")))
+}
+
+/// A canonical user turn: its text and images as one `user` message, each tool result as a
+/// `tool` message of its own, in order.
+fn push_user_turn<'a>(
+    messages: &mut Vec<ChatOutMessage<'a>>,
+    content: &'a [Part],
+) -> Result<(), TranslateError> {
+    let mut parts: Vec<ChatOutPart<'_>> = Vec::new();
+    for p in content {
+        match p {
+            Part::ToolResult {
+                call_id, content, ..
+            } => {
+                flush_user_parts(messages, &mut parts);
+                messages.push(ChatOutMessage {
+                    role: "tool",
+                    content: ChatOutContent::Text(content),
+                    tool_calls: None,
+                    tool_call_id: Some(call_id),
+                });
+            }
+            Part::Text(t) => parts.push(ChatOutPart::Text { text: t }),
+            Part::Image { media_type, data } => parts.push(ChatOutPart::ImageUrl {
+                image_url: ChatOutUrl {
+                    url: data_url(media_type, data),
+                },
+            }),
+            Part::ToolCall { .. } => return Err(terr("a user turn cannot carry a tool call")),
+        }
+    }
+    flush_user_parts(messages, &mut parts);
+    Ok(())
+}
+
+/// A canonical assistant turn: one `assistant` message with its text and tool calls.
+fn assistant_turn(content: &[Part]) -> Result<ChatOutMessage<'_>, TranslateError> {
+    let mut texts = Vec::new();
+    let mut calls = Vec::new();
+    for p in content {
+        match p {
+            Part::Text(t) => texts.push(ChatOutPart::Text { text: t }),
+            Part::ToolCall {
+                id,
+                name,
+                arguments,
+            } => calls.push(ChatOutToolCall {
+                id,
+                kind: "function",
+                function: ChatOutFunctionCall { name, arguments },
+            }),
+            _ => {
+                return Err(terr(
+                    "openai-chat assistant turns carry only text and tool calls",
+                ))
+            }
+        }
+    }
+    let content = match texts.len() {
+        0 => ChatOutContent::Null,
+        1 => match texts.pop() {
+            Some(ChatOutPart::Text { text }) => ChatOutContent::Text(text),
+            _ => ChatOutContent::Null,
+        },
+        _ => ChatOutContent::Parts(texts),
+    };
+    Ok(ChatOutMessage {
+        role: "assistant",
+        content,
+        tool_calls: (!calls.is_empty()).then_some(calls),
+        tool_call_id: None,
+    })
+}
+
+/// Canonical tools → `tools` (function tools, parameters verbatim).
+fn out_tools(tools: &[Tool]) -> Result<Vec<ChatOutTool<'_>>, TranslateError> {
+    tools
+        .iter()
+        .map(|t| {
+            Ok(ChatOutTool {
+                kind: "function",
+                function: ChatOutFunction {
+                    name: &t.name,
+                    description: t.description.as_deref(),
+                    parameters: raw_json(&t.parameters, "tool parameters")?,
+                },
+            })
+        })
+        .collect()
+}
+
+/// A canonical JSON schema → `response_format` of type `json_schema`.
+fn out_format(s: &JsonSchema) -> Result<ChatOutFormat<'_>, TranslateError> {
+    Ok(ChatOutFormat {
+        kind: "json_schema",
+        json_schema: ChatOutSchema {
+            name: &s.name,
+            schema: raw_json(&s.schema, "json_schema schema")?,
+            strict: s.strict,
+        },
+    })
 }
 
 fn flush_user_parts<'a>(messages: &mut Vec<ChatOutMessage<'a>>, parts: &mut Vec<ChatOutPart<'a>>) {
