@@ -310,28 +310,14 @@ impl StreamDecoder {
             return;
         }
         if data.starts_with("[DONE]") {
-            if let Some(reason) = self.pending_stop.take() {
-                out.push(StreamEvent::Stop {
-                    reason,
-                    usage: self.usage,
-                });
-            }
-            self.finished = true;
+            self.done(out);
             return;
         }
         let Ok(v) = serde_json::from_str::<serde_json::Value>(data) else {
             return;
         };
         if let Some(err) = v.get("error").filter(|e| e.is_object()) {
-            let error_type = specific_error_type(err["type"].as_str(), err["code"].as_str())
-                .unwrap_or("server_error")
-                .to_owned();
-            out.push(StreamEvent::Error {
-                status: error_status(&error_type, err["code"].as_str()),
-                message: err["message"].as_str().unwrap_or_default().to_owned(),
-                error_type,
-            });
-            self.finished = true;
+            self.error(err, out);
             return;
         }
         if !self.started {
@@ -343,75 +329,120 @@ impl StreamDecoder {
             });
         }
         if let Some(choice) = v["choices"].as_array().and_then(|c| c.first()) {
-            let delta = &choice["delta"];
-            for key in ["content", "refusal"] {
-                if let Some(t) = delta[key].as_str().filter(|t| !t.is_empty()) {
-                    let block = match self.text_block {
-                        Some(b) => b,
-                        None => {
-                            let b = self.next_block;
-                            self.next_block += 1;
-                            self.text_block = Some(b);
-                            b
-                        }
-                    };
-                    self.switch_to(block, out);
-                    out.push(StreamEvent::TextDelta {
-                        index: block,
-                        text: t.to_owned(),
-                    });
-                }
-            }
-            for tc in delta["tool_calls"].as_array().into_iter().flatten() {
-                let k = tc["index"].as_u64().unwrap_or(0);
-                let block = match self.tool_blocks.iter().find(|(i, _)| *i == k) {
-                    Some((_, b)) => *b,
-                    None => {
-                        let b = self.next_block;
-                        self.next_block += 1;
-                        self.tool_blocks.push((k, b));
-                        self.switch_to(b, out);
-                        out.push(StreamEvent::ToolCallStart {
-                            index: b,
-                            id: tc["id"]
-                                .as_str()
-                                .map_or_else(|| format!("call_{k}"), str::to_owned),
-                            name: tc["function"]["name"]
-                                .as_str()
-                                .unwrap_or_default()
-                                .to_owned(),
-                        });
-                        b
-                    }
-                };
-                if let Some(a) = tc["function"]["arguments"]
-                    .as_str()
-                    .filter(|a| !a.is_empty())
-                {
-                    self.switch_to(block, out);
-                    out.push(StreamEvent::ToolCallDelta {
-                        index: block,
-                        arguments: a.to_owned(),
-                    });
-                }
-            }
-            if let Some(reason) = choice["finish_reason"].as_str() {
-                self.close_open(out);
-                self.pending_stop = Some(finish_to_stop(Some(reason)));
-            }
+            self.choice(choice, out);
         }
         if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-            let usage = Usage {
-                input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
-                output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
-            };
-            self.usage = Some(usage);
-            if let Some(reason) = self.pending_stop.take() {
-                out.push(StreamEvent::Stop {
-                    reason,
-                    usage: Some(usage),
-                });
+            self.usage_chunk(u, out);
+        }
+    }
+
+    /// `data: [DONE]`: the held `Stop` goes out (with the usage seen so far), and the stream ends.
+    fn done(&mut self, out: &mut Vec<StreamEvent>) {
+        if let Some(reason) = self.pending_stop.take() {
+            out.push(StreamEvent::Stop {
+                reason,
+                usage: self.usage,
+            });
+        }
+        self.finished = true;
+    }
+
+    /// An in-stream `{"error":{…}}`: an `Error` event, and the stream ends.
+    fn error(&mut self, err: &serde_json::Value, out: &mut Vec<StreamEvent>) {
+        let error_type = specific_error_type(err["type"].as_str(), err["code"].as_str())
+            .unwrap_or("server_error")
+            .to_owned();
+        out.push(StreamEvent::Error {
+            status: error_status(&error_type, err["code"].as_str()),
+            message: err["message"].as_str().unwrap_or_default().to_owned(),
+            error_type,
+        });
+        self.finished = true;
+    }
+
+    /// The first choice's delta (text, refusal, tool calls) and its `finish_reason`.
+    fn choice(&mut self, choice: &serde_json::Value, out: &mut Vec<StreamEvent>) {
+        let delta = &choice["delta"];
+        for key in ["content", "refusal"] {
+            if let Some(t) = delta[key].as_str().filter(|t| !t.is_empty()) {
+                self.text_delta(t, out);
             }
+        }
+        for tc in delta["tool_calls"].as_array().into_iter().flatten() {
+            self.tool_call_delta(tc, out);
+        }
+        if let Some(reason) = choice["finish_reason"].as_str() {
+            self.close_open(out);
+            self.pending_stop = Some(finish_to_stop(Some(reason)));
+        }
+    }
+
+    /// Text (or refusal) in the one text block, opened on first use.
+    fn text_delta(&mut self, text: &str, out: &mut Vec<StreamEvent>) {
+        let block = match self.text_block {
+            Some(b) => b,
+            None => {
+                let b = self.next_block;
+                self.next_block += 1;
+                self.text_block = Some(b);
+                b
+            }
+        };
+        self.switch_to(block, out);
+        out.push(StreamEvent::TextDelta {
+            index: block,
+            text: text.to_owned(),
+        });
+    }
+
+    /// One `tool_calls[]` entry: its block opens (`ToolCallStart`) the first time its `index` is
+    /// seen; its argument fragment follows.
+    fn tool_call_delta(&mut self, tc: &serde_json::Value, out: &mut Vec<StreamEvent>) {
+        let k = tc["index"].as_u64().unwrap_or(0);
+        let block = match self.tool_blocks.iter().find(|(i, _)| *i == k) {
+            Some((_, b)) => *b,
+            None => {
+                let b = self.next_block;
+                self.next_block += 1;
+                self.tool_blocks.push((k, b));
+                self.switch_to(b, out);
+                out.push(StreamEvent::ToolCallStart {
+                    index: b,
+                    id: tc["id"]
+                        .as_str()
+                        .map_or_else(|| format!("call_{k}"), str::to_owned),
+                    name: tc["function"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                });
+                b
+            }
+        };
+        if let Some(a) = tc["function"]["arguments"]
+            .as_str()
+            .filter(|a| !a.is_empty())
+        {
+            self.switch_to(block, out);
+            out.push(StreamEvent::ToolCallDelta {
+                index: block,
+                arguments: a.to_owned(),
+            });
+        }
+    }
+
+    /// The usage chunk: the final usage, and the held `Stop` goes out carrying it.
+    fn usage_chunk(&mut self, u: &serde_json::Value, out: &mut Vec<StreamEvent>) {
+        let usage = Usage {
+            input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
+            output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
+        };
+        self.usage = Some(usage);
+        if let Some(reason) = self.pending_stop.take() {
+            out.push(StreamEvent::Stop {
+                reason,
+                usage: Some(usage),
+            });
         }
     }
 }
@@ -484,29 +515,7 @@ impl StreamEncoder {
         }
         let mut out = Vec::new();
         if !self.started {
-            if let StreamEvent::Start { id, model, .. } = ev {
-                if self.id.is_empty() {
-                    self.id.clone_from(id);
-                }
-                if self.model.is_empty() {
-                    self.model.clone_from(model);
-                }
-            }
-            // The role chunk waits for the event that decides its `content`.
-            let content = match ev {
-                StreamEvent::TextDelta { .. } | StreamEvent::Stop { .. } => Some(json!("")),
-                StreamEvent::ToolCallStart { .. } | StreamEvent::ToolCallDelta { .. } => {
-                    Some(serde_json::Value::Null)
-                }
-                _ => None,
-            };
-            if let Some(content) = content {
-                self.started = true;
-                out.push(self.chunk(
-                    json!({"role": "assistant", "content": content, "refusal": null}),
-                    None,
-                ));
-            }
+            self.role_chunk(ev, &mut out);
         }
         match ev {
             StreamEvent::Start { .. } | StreamEvent::BlockStop { .. } => {}
@@ -534,25 +543,7 @@ impl StreamEncoder {
                 ));
             }
             StreamEvent::Usage(u) => self.usage = Some(*u),
-            StreamEvent::Stop { reason, usage } => {
-                if usage.is_some() {
-                    self.usage = *usage;
-                }
-                out.push(self.chunk(json!({}), Some(stop_to_finish(*reason))));
-                if let Some(u) = self.usage.filter(|_| self.usage_chunk) {
-                    let v = json!({
-                        "id": self.id,
-                        "object": "chat.completion.chunk",
-                        "created": self.created,
-                        "model": self.model,
-                        "choices": [],
-                        "usage": usage_json(u),
-                    });
-                    out.push(sse::encode(None, &v.to_string()));
-                }
-                out.push(Bytes::from_static(b"data: [DONE]\n\n"));
-                self.finished = true;
-            }
+            StreamEvent::Stop { reason, usage } => self.stop(*reason, *usage, &mut out),
             StreamEvent::Error {
                 status,
                 error_type,
@@ -564,6 +555,57 @@ impl StreamEncoder {
             }
         }
         concat(out)
+    }
+
+    /// Before the first chunk: a `Start` fills an empty id and model; the role chunk goes out with
+    /// the first event that decides its `content` (`""` before text or a stop, `null` before a
+    /// tool call).
+    fn role_chunk(&mut self, ev: &StreamEvent, out: &mut Vec<Bytes>) {
+        if let StreamEvent::Start { id, model, .. } = ev {
+            if self.id.is_empty() {
+                self.id.clone_from(id);
+            }
+            if self.model.is_empty() {
+                self.model.clone_from(model);
+            }
+        }
+        // The role chunk waits for the event that decides its `content`.
+        let content = match ev {
+            StreamEvent::TextDelta { .. } | StreamEvent::Stop { .. } => Some(json!("")),
+            StreamEvent::ToolCallStart { .. } | StreamEvent::ToolCallDelta { .. } => {
+                Some(serde_json::Value::Null)
+            }
+            _ => None,
+        };
+        if let Some(content) = content {
+            self.started = true;
+            out.push(self.chunk(
+                json!({"role": "assistant", "content": content, "refusal": null}),
+                None,
+            ));
+        }
+    }
+
+    /// The end of a finished stream: the `finish_reason` chunk, the usage chunk (when asked for
+    /// and known), `data: [DONE]`.
+    fn stop(&mut self, reason: StopReason, usage: Option<Usage>, out: &mut Vec<Bytes>) {
+        if usage.is_some() {
+            self.usage = usage;
+        }
+        out.push(self.chunk(json!({}), Some(stop_to_finish(reason))));
+        if let Some(u) = self.usage.filter(|_| self.usage_chunk) {
+            let v = json!({
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": [],
+                "usage": usage_json(u),
+            });
+            out.push(sse::encode(None, &v.to_string()));
+        }
+        out.push(Bytes::from_static(b"data: [DONE]\n\n"));
+        self.finished = true;
     }
 }
 
