@@ -23,39 +23,49 @@ pub fn to_canonical(req: &ParsedRequest) -> Result<ChatRequest, TranslateError> 
     }
     let mut system: Vec<String> = wire.instructions.into_iter().collect();
     let mut messages = Vec::new();
-    match wire.input.as_deref() {
-        None => {}
-        Some(raw) if raw.get().trim_start().starts_with('"') => {
-            let t: String = serde_json::from_str(raw.get())
-                .map_err(|e| terr(format!("openai-responses input: {e}")))?;
-            messages.push(Message {
-                role: Role::User,
-                content: vec![Part::Text(t)],
-            });
-        }
-        Some(raw) => {
-            let items: Vec<WireItem> = serde_json::from_str(raw.get())
-                .map_err(|e| terr(format!("openai-responses input: {e}")))?;
-            for (i, item) in items.into_iter().enumerate() {
-                input_item(item, i, &mut system, &mut messages)?;
-            }
-        }
-    }
-    let mut tools = Vec::new();
-    for (i, t) in wire.tools.iter().flatten().enumerate() {
+    input(wire.input.as_deref(), &mut system, &mut messages)?;
+    let tools = wire_tools(wire.tools.as_deref())?;
+    let tool_choice = wire_tool_choice(wire.tool_choice.as_ref())?;
+    let json_schema = wire_json_schema(wire.text.and_then(|t| t.format))?;
+    Ok(ChatRequest {
+        model: req.model.clone(),
+        system,
+        messages: normalize_messages(messages),
+        tools,
+        tool_choice,
+        max_tokens: wire.max_output_tokens,
+        temperature: wire.temperature,
+        top_p: wire.top_p,
+        stop: Vec::new(),
+        stream: req.stream,
+        json_schema,
+    })
+}
+
+/// `tools`: function tools only.
+fn wire_tools(tools: Option<&[WireTool]>) -> Result<Vec<Tool>, TranslateError> {
+    let mut out = Vec::new();
+    for (i, t) in tools.into_iter().flatten().enumerate() {
         if t.kind != "function" {
             return Err(terr(format!(
                 "openai-responses tools[{i}]: tool type `{}` cannot be translated",
                 t.kind
             )));
         }
-        tools.push(Tool {
+        out.push(Tool {
             name: t.name.clone().unwrap_or_default(),
             description: t.description.clone(),
             parameters: schema_text(t.parameters.as_deref()),
         });
     }
-    let tool_choice = match &wire.tool_choice {
+    Ok(out)
+}
+
+/// `tool_choice`: a mode string or `{"type":"function","name":…}`.
+fn wire_tool_choice(
+    choice: Option<&serde_json::Value>,
+) -> Result<Option<ToolChoice>, TranslateError> {
+    Ok(match choice {
         None | Some(serde_json::Value::Null) => None,
         Some(serde_json::Value::String(s)) => Some(match s.as_str() {
             "auto" => ToolChoice::Auto,
@@ -75,8 +85,12 @@ pub fn to_canonical(req: &ParsedRequest) -> Result<ChatRequest, TranslateError> 
                 ))
             }
         },
-    };
-    let json_schema = match wire.text.and_then(|t| t.format) {
+    })
+}
+
+/// `text.format`: `text` (none) or `json_schema`.
+fn wire_json_schema(format: Option<WireFormat>) -> Result<Option<JsonSchema>, TranslateError> {
+    Ok(match format {
         None => None,
         Some(f) => match f.kind.as_str() {
             "text" => None,
@@ -91,20 +105,34 @@ pub fn to_canonical(req: &ParsedRequest) -> Result<ChatRequest, TranslateError> 
                 )))
             }
         },
-    };
-    Ok(ChatRequest {
-        model: req.model.clone(),
-        system,
-        messages: normalize_messages(messages),
-        tools,
-        tool_choice,
-        max_tokens: wire.max_output_tokens,
-        temperature: wire.temperature,
-        top_p: wire.top_p,
-        stop: Vec::new(),
-        stream: req.stream,
-        json_schema,
     })
+}
+
+/// `input`: one string (a user message) or a list of items.
+fn input(
+    input: Option<&RawValue>,
+    system: &mut Vec<String>,
+    messages: &mut Vec<Message>,
+) -> Result<(), TranslateError> {
+    match input {
+        None => {}
+        Some(raw) if raw.get().trim_start().starts_with('"') => {
+            let t: String = serde_json::from_str(raw.get())
+                .map_err(|e| terr(format!("openai-responses input: {e}")))?;
+            messages.push(Message {
+                role: Role::User,
+                content: vec![Part::Text(t)],
+            });
+        }
+        Some(raw) => {
+            let items: Vec<WireItem> = serde_json::from_str(raw.get())
+                .map_err(|e| terr(format!("openai-responses input: {e}")))?;
+            for (i, item) in items.into_iter().enumerate() {
+                input_item(item, i, system, messages)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn input_item(
@@ -115,39 +143,7 @@ fn input_item(
 ) -> Result<(), TranslateError> {
     let kind = item.kind.as_deref().unwrap_or("message");
     match kind {
-        "message" => {
-            let role = item.role.as_deref().unwrap_or("user");
-            let parts = item_content(item.content.as_deref(), i)?;
-            match role {
-                "system" | "developer" => {
-                    let mut text = String::new();
-                    for p in parts {
-                        match p {
-                            Part::Text(t) => text.push_str(&t),
-                            _ => {
-                                return Err(terr(format!(
-                                    "openai-responses input[{i}]: system content may only be text"
-                                )))
-                            }
-                        }
-                    }
-                    system.push(text);
-                }
-                "user" => messages.push(Message {
-                    role: Role::User,
-                    content: parts,
-                }),
-                "assistant" => messages.push(Message {
-                    role: Role::Assistant,
-                    content: parts,
-                }),
-                other => {
-                    return Err(terr(format!(
-                        "openai-responses input[{i}]: role `{other}` cannot be translated"
-                    )))
-                }
-            }
-        }
+        "message" => message_item(item, i, system, messages)?,
         "function_call" => messages.push(Message {
             role: Role::Assistant,
             content: vec![Part::ToolCall {
@@ -156,37 +152,14 @@ fn input_item(
                 arguments: item.arguments.unwrap_or_default(),
             }],
         }),
-        "function_call_output" => {
-            let content = match item.output.as_deref() {
-                None => String::new(),
-                Some(raw) if raw.get().trim_start().starts_with('"') => {
-                    serde_json::from_str(raw.get())
-                        .map_err(|e| terr(format!("openai-responses input[{i}].output: {e}")))?
-                }
-                Some(raw) => {
-                    let mut text = String::new();
-                    for p in item_content(Some(raw), i)? {
-                        match p {
-                            Part::Text(t) => text.push_str(&t),
-                            _ => {
-                                return Err(terr(format!(
-                                "openai-responses input[{i}]: function_call_output may only be text"
-                            )))
-                            }
-                        }
-                    }
-                    text
-                }
-            };
-            messages.push(Message {
-                role: Role::User,
-                content: vec![Part::ToolResult {
-                    call_id: item.call_id.unwrap_or_default(),
-                    content,
-                    is_error: false,
-                }],
-            });
-        }
+        "function_call_output" => messages.push(Message {
+            role: Role::User,
+            content: vec![Part::ToolResult {
+                content: function_call_output(item.output.as_deref(), i)?,
+                call_id: item.call_id.unwrap_or_default(),
+                is_error: false,
+            }],
+        }),
         // Reasoning is not carried across dialects (docs/translation.md).
         "reasoning" => {}
         other => {
@@ -196,6 +169,71 @@ fn input_item(
         }
     }
     Ok(())
+}
+
+/// A `message` item: system/developer text joins the system prompt; user and assistant content
+/// become turns.
+fn message_item(
+    item: WireItem,
+    i: usize,
+    system: &mut Vec<String>,
+    messages: &mut Vec<Message>,
+) -> Result<(), TranslateError> {
+    let role = item.role.as_deref().unwrap_or("user");
+    let parts = item_content(item.content.as_deref(), i)?;
+    match role {
+        "system" | "developer" => {
+            let mut text = String::new();
+            for p in parts {
+                match p {
+                    Part::Text(t) => text.push_str(&t),
+                    _ => {
+                        return Err(terr(format!(
+                            "openai-responses input[{i}]: system content may only be text"
+                        )))
+                    }
+                }
+            }
+            system.push(text);
+        }
+        "user" => messages.push(Message {
+            role: Role::User,
+            content: parts,
+        }),
+        "assistant" => messages.push(Message {
+            role: Role::Assistant,
+            content: parts,
+        }),
+        other => {
+            return Err(terr(format!(
+                "openai-responses input[{i}]: role `{other}` cannot be translated"
+            )))
+        }
+    }
+    Ok(())
+}
+
+/// A `function_call_output` item's `output`: a string, or text parts joined.
+fn function_call_output(output: Option<&RawValue>, i: usize) -> Result<String, TranslateError> {
+    Ok(match output {
+        None => String::new(),
+        Some(raw) if raw.get().trim_start().starts_with('"') => serde_json::from_str(raw.get())
+            .map_err(|e| terr(format!("openai-responses input[{i}].output: {e}")))?,
+        Some(raw) => {
+            let mut text = String::new();
+            for p in item_content(Some(raw), i)? {
+                match p {
+                    Part::Text(t) => text.push_str(&t),
+                    _ => {
+                        return Err(terr(format!(
+                            "openai-responses input[{i}]: function_call_output may only be text"
+                        )))
+                    }
+                }
+            }
+            text
+        }
+    })
 }
 
 pub(super) fn item_content(raw: Option<&RawValue>, i: usize) -> Result<Vec<Part>, TranslateError> {
@@ -254,89 +292,12 @@ pub fn request_body(req: &ChatRequest) -> Result<Bytes, TranslateError> {
     };
     for m in &req.messages {
         match m.role {
-            Role::User => {
-                let mut parts = Vec::new();
-                for p in &m.content {
-                    match p {
-                        Part::Text(t) => parts.push(OutPart::InputText { text: t }),
-                        Part::Image { media_type, data } => parts.push(OutPart::InputImage {
-                            image_url: data_url(media_type, data),
-                            detail: "auto",
-                        }),
-                        Part::ToolResult {
-                            call_id, content, ..
-                        } => {
-                            flush(&mut input, &mut parts, "user");
-                            input.push(OutItem::FunctionCallOutput {
-                                kind: "function_call_output",
-                                call_id,
-                                output: content,
-                            });
-                        }
-                        Part::ToolCall { .. } => {
-                            return Err(terr("a user turn cannot carry a tool call"))
-                        }
-                    }
-                }
-                flush(&mut input, &mut parts, "user");
-            }
-            Role::Assistant => {
-                let mut parts = Vec::new();
-                for p in &m.content {
-                    match p {
-                        Part::Text(t) => parts.push(OutPart::OutputText { text: t }),
-                        Part::ToolCall {
-                            id,
-                            name,
-                            arguments,
-                        } => {
-                            flush(&mut input, &mut parts, "assistant");
-                            input.push(OutItem::FunctionCall {
-                                kind: "function_call",
-                                call_id: id,
-                                name,
-                                arguments,
-                            });
-                        }
-                        _ => {
-                            return Err(terr(
-                                "openai-responses assistant turns carry only text and tool calls",
-                            ))
-                        }
-                    }
-                }
-                flush(&mut input, &mut parts, "assistant");
-            }
+            Role::User => push_user_turn(&mut input, &m.content)?,
+            Role::Assistant => push_assistant_turn(&mut input, &m.content)?,
         }
     }
-    let tools = req
-        .tools
-        .iter()
-        .map(|t| {
-            Ok(OutTool {
-                kind: "function",
-                name: &t.name,
-                description: t.description.as_deref(),
-                parameters: raw_json(&t.parameters, "tool parameters")?,
-                // Responses defaults `strict` to true, which rejects ordinary schemas.
-                strict: false,
-            })
-        })
-        .collect::<Result<Vec<_>, TranslateError>>()?;
-    let text = req
-        .json_schema
-        .as_ref()
-        .map(|s| {
-            Ok::<_, TranslateError>(OutText {
-                format: OutFormat {
-                    kind: "json_schema",
-                    name: &s.name,
-                    schema: raw_json(&s.schema, "json_schema schema")?,
-                    strict: s.strict,
-                },
-            })
-        })
-        .transpose()?;
+    let tools = out_tools(&req.tools)?;
+    let text = req.json_schema.as_ref().map(out_text).transpose()?;
     let body = OutRequest {
         model: &req.model,
         instructions,
@@ -358,6 +319,100 @@ pub fn request_body(req: &ChatRequest) -> Result<Bytes, TranslateError> {
     serde_json::to_vec(&body)
         .map(Bytes::from)
         .map_err(|e| terr(format!("rendering openai-responses body: {e}")))
+}
+
+/// A canonical user turn: text and images as `user` messages, each tool result as a
+/// `function_call_output` item, in order.
+fn push_user_turn<'a>(
+    input: &mut Vec<OutItem<'a>>,
+    content: &'a [Part],
+) -> Result<(), TranslateError> {
+    let mut parts = Vec::new();
+    for p in content {
+        match p {
+            Part::Text(t) => parts.push(OutPart::InputText { text: t }),
+            Part::Image { media_type, data } => parts.push(OutPart::InputImage {
+                image_url: data_url(media_type, data),
+                detail: "auto",
+            }),
+            Part::ToolResult {
+                call_id, content, ..
+            } => {
+                flush(input, &mut parts, "user");
+                input.push(OutItem::FunctionCallOutput {
+                    kind: "function_call_output",
+                    call_id,
+                    output: content,
+                });
+            }
+            Part::ToolCall { .. } => return Err(terr("a user turn cannot carry a tool call")),
+        }
+    }
+    flush(input, &mut parts, "user");
+    Ok(())
+}
+
+/// A canonical assistant turn: text as `assistant` messages, each tool call as a
+/// `function_call` item, in order.
+fn push_assistant_turn<'a>(
+    input: &mut Vec<OutItem<'a>>,
+    content: &'a [Part],
+) -> Result<(), TranslateError> {
+    let mut parts = Vec::new();
+    for p in content {
+        match p {
+            Part::Text(t) => parts.push(OutPart::OutputText { text: t }),
+            Part::ToolCall {
+                id,
+                name,
+                arguments,
+            } => {
+                flush(input, &mut parts, "assistant");
+                input.push(OutItem::FunctionCall {
+                    kind: "function_call",
+                    call_id: id,
+                    name,
+                    arguments,
+                });
+            }
+            _ => {
+                return Err(terr(
+                    "openai-responses assistant turns carry only text and tool calls",
+                ))
+            }
+        }
+    }
+    flush(input, &mut parts, "assistant");
+    Ok(())
+}
+
+/// Canonical tools → `tools` (function tools, parameters verbatim, `strict: false`).
+fn out_tools(tools: &[Tool]) -> Result<Vec<OutTool<'_>>, TranslateError> {
+    tools
+        .iter()
+        .map(|t| {
+            Ok(OutTool {
+                kind: "function",
+                name: &t.name,
+                description: t.description.as_deref(),
+                parameters: raw_json(&t.parameters, "tool parameters")?,
+                // Responses defaults `strict` to true, which rejects ordinary schemas.
+                strict: false,
+            })
+        })
+        .collect()
+}
+
+/// A canonical JSON schema → `text.format` of type `json_schema`.
+fn out_text(s: &JsonSchema) -> Result<OutText<'_>, TranslateError> {
+    Ok(OutText {
+        format: OutFormat {
+            kind: "json_schema",
+            name: &s.name,
+            schema: raw_json(&s.schema, "json_schema schema")?,
+            strict: s.strict,
+        },
+    })
 }
 
 fn flush<'a>(input: &mut Vec<OutItem<'a>>, parts: &mut Vec<OutPart<'a>>, role: &'static str) {
