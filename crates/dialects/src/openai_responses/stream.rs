@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use serde_json::json;
 
-use crate::canonical::StreamEvent;
+use crate::canonical::{StopReason, StreamEvent};
 use crate::common::{classify_error, concat, unix_now};
 use crate::openai_chat::error_status;
 use crate::sse::{self, SseEvent};
@@ -147,46 +147,9 @@ impl StreamDecoder {
                     });
                 }
             }
-            "response.function_call_arguments.delta" => {
-                let (index, _) = self.block((oi, CALL));
-                if let Some(b) = self.blocks.iter_mut().find(|b| b.0 == (oi, CALL)) {
-                    b.3 = true;
-                }
-                if let Some(a) = v["delta"].as_str().filter(|a| !a.is_empty()) {
-                    out.push(StreamEvent::ToolCallDelta {
-                        index,
-                        arguments: a.to_owned(),
-                    });
-                }
-            }
-            "response.output_item.done" => {
-                let args = v["item"]["arguments"].as_str().unwrap_or_default();
-                for b in self.blocks.iter_mut().filter(|b| b.0 .0 == oi && !b.2) {
-                    if b.0 .1 == CALL && !b.3 && !args.is_empty() {
-                        out.push(StreamEvent::ToolCallDelta {
-                            index: b.1,
-                            arguments: args.to_owned(),
-                        });
-                    }
-                    b.2 = true;
-                    out.push(StreamEvent::BlockStop { index: b.1 });
-                }
-            }
-            "response.completed" | "response.incomplete" => {
-                let r = &v["response"];
-                let usage = r.get("usage").filter(|u| u.is_object()).map(|u| Usage {
-                    input_tokens: u["input_tokens"].as_u64().unwrap_or(0),
-                    output_tokens: u["output_tokens"].as_u64().unwrap_or(0),
-                });
-                out.push(StreamEvent::Stop {
-                    reason: stop_from_status(
-                        r["incomplete_details"]["reason"].as_str(),
-                        self.has_calls,
-                    ),
-                    usage,
-                });
-                self.finished = true;
-            }
+            "response.function_call_arguments.delta" => self.arguments_delta(oi, &v, out),
+            "response.output_item.done" => self.item_done(oi, &v, out),
+            "response.completed" | "response.incomplete" => self.completed(&v, out),
             "error" | "response.failed" => {
                 if let crate::StreamEventClass::Error {
                     status,
@@ -204,6 +167,51 @@ impl StreamDecoder {
             }
             _ => {}
         }
+    }
+
+    /// A fragment of a function call's arguments (the call's block is marked as having had
+    /// deltas, so `output_item.done` does not repeat them).
+    fn arguments_delta(&mut self, oi: u64, v: &serde_json::Value, out: &mut Vec<StreamEvent>) {
+        let (index, _) = self.block((oi, CALL));
+        if let Some(b) = self.blocks.iter_mut().find(|b| b.0 == (oi, CALL)) {
+            b.3 = true;
+        }
+        if let Some(a) = v["delta"].as_str().filter(|a| !a.is_empty()) {
+            out.push(StreamEvent::ToolCallDelta {
+                index,
+                arguments: a.to_owned(),
+            });
+        }
+    }
+
+    /// An output item ends: its open blocks close; a call that streamed no argument deltas gets
+    /// its whole arguments first.
+    fn item_done(&mut self, oi: u64, v: &serde_json::Value, out: &mut Vec<StreamEvent>) {
+        let args = v["item"]["arguments"].as_str().unwrap_or_default();
+        for b in self.blocks.iter_mut().filter(|b| b.0 .0 == oi && !b.2) {
+            if b.0 .1 == CALL && !b.3 && !args.is_empty() {
+                out.push(StreamEvent::ToolCallDelta {
+                    index: b.1,
+                    arguments: args.to_owned(),
+                });
+            }
+            b.2 = true;
+            out.push(StreamEvent::BlockStop { index: b.1 });
+        }
+    }
+
+    /// `response.completed` / `response.incomplete`: the `Stop` with the final usage.
+    fn completed(&mut self, v: &serde_json::Value, out: &mut Vec<StreamEvent>) {
+        let r = &v["response"];
+        let usage = r.get("usage").filter(|u| u.is_object()).map(|u| Usage {
+            input_tokens: u["input_tokens"].as_u64().unwrap_or(0),
+            output_tokens: u["output_tokens"].as_u64().unwrap_or(0),
+        });
+        out.push(StreamEvent::Stop {
+            reason: stop_from_status(r["incomplete_details"]["reason"].as_str(), self.has_calls),
+            usage,
+        });
+        self.finished = true;
     }
 }
 
@@ -384,56 +392,16 @@ impl StreamEncoder {
         }
         let mut out = Vec::new();
         if !self.started && !matches!(ev, StreamEvent::Error { .. }) {
-            self.started = true;
-            if let StreamEvent::Start { id, model, .. } = ev {
-                if self.id.is_empty() {
-                    self.id.clone_from(id);
-                }
-                if self.model.is_empty() {
-                    self.model.clone_from(model);
-                }
-            }
-            let r = response_object(
-                &self.id,
-                &self.model,
-                self.created,
-                "in_progress",
-                None,
-                Vec::new(),
-                None,
-            );
-            self.ev("response.created", json!({"response": r.clone()}), &mut out);
-            self.ev("response.in_progress", json!({"response": r}), &mut out);
+            self.begin(ev, &mut out);
         }
         match ev {
             StreamEvent::Start { .. } => {}
-            StreamEvent::TextDelta { index, text } => {
-                let n = self.item_for(*index, None, &mut out);
-                if let ItemKind::Text(t) = &mut self.items[n].kind {
-                    t.push_str(text);
-                }
-                let id = self.items[n].id.clone();
-                self.ev(
-                    "response.output_text.delta",
-                    json!({"item_id": id, "output_index": n, "content_index": 0,
-                        "delta": text, "logprobs": []}),
-                    &mut out,
-                );
-            }
+            StreamEvent::TextDelta { index, text } => self.text_delta(*index, text, &mut out),
             StreamEvent::ToolCallStart { index, id, name } => {
                 self.item_for(*index, Some((id, name)), &mut out);
             }
             StreamEvent::ToolCallDelta { index, arguments } => {
-                let n = self.item_for(*index, Some(("", "")), &mut out);
-                if let ItemKind::Call { args, .. } = &mut self.items[n].kind {
-                    args.push_str(arguments);
-                }
-                let id = self.items[n].id.clone();
-                self.ev(
-                    "response.function_call_arguments.delta",
-                    json!({"item_id": id, "output_index": n, "delta": arguments}),
-                    &mut out,
-                );
+                self.arguments_delta(*index, arguments, &mut out);
             }
             StreamEvent::BlockStop { index } => {
                 if self.open == Some(*index) {
@@ -441,32 +409,7 @@ impl StreamEncoder {
                 }
             }
             StreamEvent::Usage(u) => self.usage = Some(*u),
-            StreamEvent::Stop { reason, usage } => {
-                self.close_open(&mut out);
-                if usage.is_some() {
-                    self.usage = *usage;
-                }
-                let output = (0..self.items.len())
-                    .map(|n| self.item_json(n, "completed"))
-                    .collect();
-                let (status, incomplete) = status_of(*reason);
-                let r = response_object(
-                    &self.id,
-                    &self.model,
-                    self.created,
-                    status,
-                    incomplete,
-                    output,
-                    Some(self.usage.unwrap_or_default()),
-                );
-                let kind = if status == "completed" {
-                    "response.completed"
-                } else {
-                    "response.incomplete"
-                };
-                self.ev(kind, json!({"response": r}), &mut out);
-                self.finished = true;
-            }
+            StreamEvent::Stop { reason, usage } => self.stop(*reason, *usage, &mut out),
             StreamEvent::Error {
                 status,
                 error_type,
@@ -482,6 +425,89 @@ impl StreamEncoder {
             }
         }
         concat(out)
+    }
+
+    /// The first event (not an error): a `Start` fills an empty id and model; then
+    /// `response.created` and `response.in_progress`.
+    fn begin(&mut self, ev: &StreamEvent, out: &mut Vec<Bytes>) {
+        self.started = true;
+        if let StreamEvent::Start { id, model, .. } = ev {
+            if self.id.is_empty() {
+                self.id.clone_from(id);
+            }
+            if self.model.is_empty() {
+                self.model.clone_from(model);
+            }
+        }
+        let r = response_object(
+            &self.id,
+            &self.model,
+            self.created,
+            "in_progress",
+            None,
+            Vec::new(),
+            None,
+        );
+        self.ev("response.created", json!({"response": r.clone()}), out);
+        self.ev("response.in_progress", json!({"response": r}), out);
+    }
+
+    /// Text for canonical `block`, in its message item (opened when new).
+    fn text_delta(&mut self, block: usize, text: &str, out: &mut Vec<Bytes>) {
+        let n = self.item_for(block, None, out);
+        if let ItemKind::Text(t) = &mut self.items[n].kind {
+            t.push_str(text);
+        }
+        let id = self.items[n].id.clone();
+        self.ev(
+            "response.output_text.delta",
+            json!({"item_id": id, "output_index": n, "content_index": 0,
+                "delta": text, "logprobs": []}),
+            out,
+        );
+    }
+
+    /// Argument text for canonical `block`, in its function call item (opened when new).
+    fn arguments_delta(&mut self, block: usize, arguments: &str, out: &mut Vec<Bytes>) {
+        let n = self.item_for(block, Some(("", "")), out);
+        if let ItemKind::Call { args, .. } = &mut self.items[n].kind {
+            args.push_str(arguments);
+        }
+        let id = self.items[n].id.clone();
+        self.ev(
+            "response.function_call_arguments.delta",
+            json!({"item_id": id, "output_index": n, "delta": arguments}),
+            out,
+        );
+    }
+
+    /// The end: the open item closes, then `response.completed` (or `response.incomplete`) with
+    /// every item and the usage.
+    fn stop(&mut self, reason: StopReason, usage: Option<Usage>, out: &mut Vec<Bytes>) {
+        self.close_open(out);
+        if usage.is_some() {
+            self.usage = usage;
+        }
+        let output = (0..self.items.len())
+            .map(|n| self.item_json(n, "completed"))
+            .collect();
+        let (status, incomplete) = status_of(reason);
+        let r = response_object(
+            &self.id,
+            &self.model,
+            self.created,
+            status,
+            incomplete,
+            output,
+            Some(self.usage.unwrap_or_default()),
+        );
+        let kind = if status == "completed" {
+            "response.completed"
+        } else {
+            "response.incomplete"
+        };
+        self.ev(kind, json!({"response": r}), out);
+        self.finished = true;
     }
 }
 
