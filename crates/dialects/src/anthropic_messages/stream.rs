@@ -104,86 +104,16 @@ impl StreamDecoder {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(data) else {
             return out;
         };
-        let block_of = |s: &Self, v: &serde_json::Value| {
-            let i = v["index"].as_u64().unwrap_or(0);
-            s.blocks.iter().find(|(a, _)| *a == i).and_then(|(_, c)| *c)
-        };
         match v["type"].as_str().unwrap_or_default() {
-            "message_start" => {
-                let m = &v["message"];
-                let input = m["usage"]["input_tokens"].as_u64();
-                self.usage.input_tokens = input.unwrap_or(0);
-                self.usage.output_tokens = m["usage"]["output_tokens"].as_u64().unwrap_or(0);
-                out.push(StreamEvent::Start {
-                    id: m["id"].as_str().unwrap_or_default().to_owned(),
-                    model: m["model"].as_str().unwrap_or_default().to_owned(),
-                    input_tokens: input,
-                });
-            }
-            "content_block_start" => {
-                let i = v["index"].as_u64().unwrap_or(0);
-                let b = &v["content_block"];
-                let canonical = match b["type"].as_str().unwrap_or_default() {
-                    "text" | "tool_use" => {
-                        let c = self.next_block;
-                        self.next_block += 1;
-                        Some(c)
-                    }
-                    _ => None,
-                };
-                self.blocks.push((i, canonical));
-                if let Some(index) = canonical {
-                    if b["type"] == "tool_use" {
-                        out.push(StreamEvent::ToolCallStart {
-                            index,
-                            id: b["id"].as_str().unwrap_or_default().to_owned(),
-                            name: b["name"].as_str().unwrap_or_default().to_owned(),
-                        });
-                    } else if let Some(t) = b["text"].as_str().filter(|t| !t.is_empty()) {
-                        out.push(StreamEvent::TextDelta {
-                            index,
-                            text: t.to_owned(),
-                        });
-                    }
-                }
-            }
-            "content_block_delta" => {
-                if let Some(index) = block_of(self, &v) {
-                    let d = &v["delta"];
-                    match d["type"].as_str().unwrap_or_default() {
-                        "text_delta" => out.push(StreamEvent::TextDelta {
-                            index,
-                            text: d["text"].as_str().unwrap_or_default().to_owned(),
-                        }),
-                        "input_json_delta" => {
-                            if let Some(p) = d["partial_json"].as_str().filter(|p| !p.is_empty()) {
-                                out.push(StreamEvent::ToolCallDelta {
-                                    index,
-                                    arguments: p.to_owned(),
-                                });
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-            }
+            "message_start" => self.message_start(&v, &mut out),
+            "content_block_start" => self.content_block_start(&v, &mut out),
+            "content_block_delta" => self.content_block_delta(&v, &mut out),
             "content_block_stop" => {
-                if let Some(index) = block_of(self, &v) {
+                if let Some(index) = self.block_of(&v) {
                     out.push(StreamEvent::BlockStop { index });
                 }
             }
-            "message_delta" => {
-                if let Some(r) = v["delta"]["stop_reason"].as_str() {
-                    self.stop = Some(stop_from_wire(Some(r)));
-                }
-                let u = &v["usage"];
-                if let Some(o) = u["output_tokens"].as_u64() {
-                    self.usage.output_tokens = o;
-                }
-                if let Some(i) = u["input_tokens"].as_u64() {
-                    self.usage.input_tokens = i;
-                }
-            }
+            "message_delta" => self.message_delta(&v),
             "message_stop" => {
                 out.push(StreamEvent::Stop {
                     reason: self.stop.unwrap_or(StopReason::EndTurn),
@@ -191,24 +121,115 @@ impl StreamDecoder {
                 });
                 self.finished = true;
             }
-            "error" => {
-                let error_type = v["error"]["type"]
-                    .as_str()
-                    .unwrap_or("api_error")
-                    .to_owned();
-                out.push(StreamEvent::Error {
-                    status: status_for_error_type(&error_type),
-                    message: v["error"]["message"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                    error_type,
-                });
-                self.finished = true;
-            }
+            "error" => self.error(&v, &mut out),
             _ => {} // ping and unknown events
         }
         out
+    }
+
+    /// `message_start`: the id, model and usage so far.
+    fn message_start(&mut self, v: &serde_json::Value, out: &mut Vec<StreamEvent>) {
+        let m = &v["message"];
+        let input = m["usage"]["input_tokens"].as_u64();
+        self.usage.input_tokens = input.unwrap_or(0);
+        self.usage.output_tokens = m["usage"]["output_tokens"].as_u64().unwrap_or(0);
+        out.push(StreamEvent::Start {
+            id: m["id"].as_str().unwrap_or_default().to_owned(),
+            model: m["model"].as_str().unwrap_or_default().to_owned(),
+            input_tokens: input,
+        });
+    }
+
+    /// `content_block_start`: text and tool_use blocks get a canonical index (others, such as
+    /// thinking, are dropped); a tool call opens, and text already in the block is sent.
+    fn content_block_start(&mut self, v: &serde_json::Value, out: &mut Vec<StreamEvent>) {
+        let i = v["index"].as_u64().unwrap_or(0);
+        let b = &v["content_block"];
+        let canonical = match b["type"].as_str().unwrap_or_default() {
+            "text" | "tool_use" => {
+                let c = self.next_block;
+                self.next_block += 1;
+                Some(c)
+            }
+            _ => None,
+        };
+        self.blocks.push((i, canonical));
+        if let Some(index) = canonical {
+            if b["type"] == "tool_use" {
+                out.push(StreamEvent::ToolCallStart {
+                    index,
+                    id: b["id"].as_str().unwrap_or_default().to_owned(),
+                    name: b["name"].as_str().unwrap_or_default().to_owned(),
+                });
+            } else if let Some(t) = b["text"].as_str().filter(|t| !t.is_empty()) {
+                out.push(StreamEvent::TextDelta {
+                    index,
+                    text: t.to_owned(),
+                });
+            }
+        }
+    }
+
+    /// `content_block_delta`: text or tool-call argument JSON of a kept block.
+    fn content_block_delta(&mut self, v: &serde_json::Value, out: &mut Vec<StreamEvent>) {
+        if let Some(index) = self.block_of(v) {
+            let d = &v["delta"];
+            match d["type"].as_str().unwrap_or_default() {
+                "text_delta" => out.push(StreamEvent::TextDelta {
+                    index,
+                    text: d["text"].as_str().unwrap_or_default().to_owned(),
+                }),
+                "input_json_delta" => {
+                    if let Some(p) = d["partial_json"].as_str().filter(|p| !p.is_empty()) {
+                        out.push(StreamEvent::ToolCallDelta {
+                            index,
+                            arguments: p.to_owned(),
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// `message_delta`: the stop reason and the usage so far (held until `message_stop`).
+    fn message_delta(&mut self, v: &serde_json::Value) {
+        if let Some(r) = v["delta"]["stop_reason"].as_str() {
+            self.stop = Some(stop_from_wire(Some(r)));
+        }
+        let u = &v["usage"];
+        if let Some(o) = u["output_tokens"].as_u64() {
+            self.usage.output_tokens = o;
+        }
+        if let Some(i) = u["input_tokens"].as_u64() {
+            self.usage.input_tokens = i;
+        }
+    }
+
+    /// An in-stream `error` event: an `Error`, and the stream ends.
+    fn error(&mut self, v: &serde_json::Value, out: &mut Vec<StreamEvent>) {
+        let error_type = v["error"]["type"]
+            .as_str()
+            .unwrap_or("api_error")
+            .to_owned();
+        out.push(StreamEvent::Error {
+            status: status_for_error_type(&error_type),
+            message: v["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            error_type,
+        });
+        self.finished = true;
+    }
+
+    /// The canonical index of the block an event's `index` names, if it is kept.
+    fn block_of(&self, v: &serde_json::Value) -> Option<usize> {
+        let i = v["index"].as_u64().unwrap_or(0);
+        self.blocks
+            .iter()
+            .find(|(a, _)| *a == i)
+            .and_then(|(_, c)| *c)
     }
 }
 
