@@ -304,28 +304,7 @@ impl StreamEncoder {
         }
         let mut out = Vec::new();
         if !self.started && !matches!(ev, StreamEvent::Error { .. }) {
-            self.started = true;
-            if let StreamEvent::Start {
-                id,
-                model,
-                input_tokens,
-            } = ev
-            {
-                if self.id.is_empty() {
-                    self.id.clone_from(id);
-                }
-                if self.model.is_empty() {
-                    self.model.clone_from(model);
-                }
-                self.usage.input_tokens = input_tokens.unwrap_or(0);
-            }
-            out.push(Self::ev(
-                "message_start",
-                &json!({"type": "message_start", "message": {
-                    "id": self.id, "type": "message", "role": "assistant", "content": [],
-                    "model": self.model, "stop_reason": null, "stop_sequence": null,
-                    "usage": {"input_tokens": self.usage.input_tokens, "output_tokens": 0}}}),
-            ));
+            out.push(self.message_start(ev));
         }
         match ev {
             StreamEvent::Start { .. } => {}
@@ -362,21 +341,7 @@ impl StreamEncoder {
                 }
             }
             StreamEvent::Usage(u) => self.usage = *u,
-            StreamEvent::Stop { reason, usage } => {
-                self.close_open(&mut out);
-                if let Some(u) = usage {
-                    self.usage = *u;
-                }
-                out.push(Self::ev(
-                    "message_delta",
-                    &json!({"type": "message_delta",
-                        "delta": {"stop_reason": stop_to_wire(*reason), "stop_sequence": null},
-                        "usage": {"input_tokens": self.usage.input_tokens,
-                            "output_tokens": self.usage.output_tokens}}),
-                ));
-                out.push(Self::ev("message_stop", &json!({"type": "message_stop"})));
-                self.finished = true;
-            }
+            StreamEvent::Stop { reason, usage } => self.stop(*reason, *usage, &mut out),
             StreamEvent::Error {
                 status,
                 error_type,
@@ -390,6 +355,50 @@ impl StreamEncoder {
             }
         }
         concat(out)
+    }
+
+    /// The first event (not an error): a `Start` fills an empty id and model and gives the input
+    /// tokens; the `message_start` event.
+    fn message_start(&mut self, ev: &StreamEvent) -> Bytes {
+        self.started = true;
+        if let StreamEvent::Start {
+            id,
+            model,
+            input_tokens,
+        } = ev
+        {
+            if self.id.is_empty() {
+                self.id.clone_from(id);
+            }
+            if self.model.is_empty() {
+                self.model.clone_from(model);
+            }
+            self.usage.input_tokens = input_tokens.unwrap_or(0);
+        }
+        Self::ev(
+            "message_start",
+            &json!({"type": "message_start", "message": {
+                "id": self.id, "type": "message", "role": "assistant", "content": [],
+                "model": self.model, "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": self.usage.input_tokens, "output_tokens": 0}}}),
+        )
+    }
+
+    /// The end: the open block closes, `message_delta` (stop reason, usage), `message_stop`.
+    fn stop(&mut self, reason: StopReason, usage: Option<Usage>, out: &mut Vec<Bytes>) {
+        self.close_open(out);
+        if let Some(u) = usage {
+            self.usage = u;
+        }
+        out.push(Self::ev(
+            "message_delta",
+            &json!({"type": "message_delta",
+                "delta": {"stop_reason": stop_to_wire(reason), "stop_sequence": null},
+                "usage": {"input_tokens": self.usage.input_tokens,
+                    "output_tokens": self.usage.output_tokens}}),
+        ));
+        out.push(Self::ev("message_stop", &json!({"type": "message_stop"})));
+        self.finished = true;
     }
 }
 
