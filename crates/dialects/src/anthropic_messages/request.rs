@@ -118,58 +118,12 @@ fn render_body(
             many.iter().map(|t| OutBlock::Text { text: t }).collect(),
         )),
     };
-    let mut messages = Vec::new();
-    for m in &req.messages {
-        let mut content = Vec::new();
-        for p in &m.content {
-            content.push(match p {
-                Part::Text(t) => OutBlock::Text { text: t },
-                Part::Image { media_type, data } => OutBlock::Image {
-                    source: OutSource {
-                        kind: "base64",
-                        media_type,
-                        data,
-                    },
-                },
-                Part::ToolCall {
-                    id,
-                    name,
-                    arguments,
-                } => OutBlock::ToolUse {
-                    id,
-                    name,
-                    input: raw_json(arguments, "tool call arguments")?,
-                },
-                Part::ToolResult {
-                    call_id,
-                    content,
-                    is_error,
-                } => OutBlock::ToolResult {
-                    tool_use_id: call_id,
-                    content,
-                    is_error: *is_error,
-                },
-            });
-        }
-        messages.push(OutMessage {
-            role: match m.role {
-                Role::User => "user",
-                Role::Assistant => "assistant",
-            },
-            content,
-        });
-    }
-    let tools = req
-        .tools
+    let messages = req
+        .messages
         .iter()
-        .map(|t| {
-            Ok(OutTool {
-                name: &t.name,
-                description: t.description.as_deref(),
-                input_schema: raw_json(&t.parameters, "tool parameters")?,
-            })
-        })
+        .map(out_message)
         .collect::<Result<Vec<_>, TranslateError>>()?;
+    let tools = out_tools(&req.tools)?;
     let body = OutRequest {
         anthropic_version,
         model: with_model_and_stream.then_some(req.model.as_str()),
@@ -191,6 +145,67 @@ fn render_body(
     serde_json::to_vec(&body)
         .map(Bytes::from)
         .map_err(|e| terr(format!("rendering anthropic-messages body: {e}")))
+}
+
+/// A canonical message → a Messages turn, part by part.
+fn out_message(m: &Message) -> Result<OutMessage<'_>, TranslateError> {
+    Ok(OutMessage {
+        role: match m.role {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        },
+        content: m
+            .content
+            .iter()
+            .map(out_block)
+            .collect::<Result<Vec<_>, TranslateError>>()?,
+    })
+}
+
+/// A canonical part → a content block (tool call arguments kept verbatim as `input`).
+fn out_block(p: &Part) -> Result<OutBlock<'_>, TranslateError> {
+    Ok(match p {
+        Part::Text(t) => OutBlock::Text { text: t },
+        Part::Image { media_type, data } => OutBlock::Image {
+            source: OutSource {
+                kind: "base64",
+                media_type,
+                data,
+            },
+        },
+        Part::ToolCall {
+            id,
+            name,
+            arguments,
+        } => OutBlock::ToolUse {
+            id,
+            name,
+            input: raw_json(arguments, "tool call arguments")?,
+        },
+        Part::ToolResult {
+            call_id,
+            content,
+            is_error,
+        } => OutBlock::ToolResult {
+            tool_use_id: call_id,
+            content,
+            is_error: *is_error,
+        },
+    })
+}
+
+/// Canonical tools → `tools` (parameters verbatim as `input_schema`).
+fn out_tools(tools: &[Tool]) -> Result<Vec<OutTool<'_>>, TranslateError> {
+    tools
+        .iter()
+        .map(|t| {
+            Ok(OutTool {
+                name: &t.name,
+                description: t.description.as_deref(),
+                input_schema: raw_json(&t.parameters, "tool parameters")?,
+            })
+        })
+        .collect()
 }
 
 #[derive(Deserialize)]
