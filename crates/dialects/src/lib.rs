@@ -8,6 +8,7 @@ pub mod anthropic_messages;
 pub mod bedrock;
 pub mod canonical;
 mod chunk_scan;
+pub(crate) mod common;
 pub mod errors;
 mod json_tail;
 pub mod openai_chat;
@@ -55,7 +56,7 @@ impl Dialect {
 
 /// What one event of an upstream stream means for the commit decision (SPEC §5.6).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StreamEvent {
+pub enum StreamEventClass {
     /// Framing before any content: role-only chunk, `message_start`, `ping`, `response.created`.
     Preamble,
     /// Carries content (text, tool call, refusal) or a finish: the commit point for `firstToken`.

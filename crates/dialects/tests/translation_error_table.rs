@@ -325,7 +325,7 @@ fn in_stream_errors_map_per_the_table() {
     assert!(
         matches!(
             class,
-            sidetrack_dialects::StreamEvent::Error { status: 503, .. }
+            sidetrack_dialects::StreamEventClass::Error { status: 503, .. }
         ),
         "{class:?}"
     );

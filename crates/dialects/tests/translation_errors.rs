@@ -175,7 +175,7 @@ fn mid_stream_errors_in_each_dialect() {
 
 #[test]
 fn stream_events_classify_for_the_commit_point() {
-    use sidetrack_dialects::StreamEvent as S;
+    use sidetrack_dialects::StreamEventClass as S;
     let ev = |event: &str, data: &str| SseEvent {
         event: Some(event.into()),
         data: data.into(),

@@ -768,14 +768,7 @@ fn frame_to_events(
     match f.message_type.as_str() {
         "event" => {}
         "exception" | "error" => {
-            // The message had ended; what went wrong after it still reaches the caller.
-            if let Some(reason) = pending_stop.take() {
-                out.push(StreamEvent::Stop {
-                    reason,
-                    usage: None,
-                });
-            }
-            out.push(bedrock_errors::frame_error(f));
+            error_frame(f, pending_stop, out);
             return Ok(());
         }
         _ => return Ok(()),
@@ -796,6 +789,33 @@ fn frame_to_events(
     }
     let v: Value = serde_json::from_slice(&f.payload)
         .map_err(|e| err(format!("`{event_type}` payload is not valid JSON: {e}")))?;
+    payload_to_events(event_type, &v, pending_stop, out)
+}
+
+/// An `exception` or `error` frame: a held `Stop` goes out first (the message had ended; what
+/// went wrong after it still reaches the caller), then the error.
+fn error_frame(
+    f: &eventstream::Frame,
+    pending_stop: &mut Option<StopReason>,
+    out: &mut Vec<StreamEvent>,
+) {
+    if let Some(reason) = pending_stop.take() {
+        out.push(StreamEvent::Stop {
+            reason,
+            usage: None,
+        });
+    }
+    out.push(bedrock_errors::frame_error(f));
+}
+
+/// One known event's JSON payload → canonical events. `messageStop` is held until `metadata`
+/// brings the usage.
+fn payload_to_events(
+    event_type: &str,
+    v: &Value,
+    pending_stop: &mut Option<StopReason>,
+    out: &mut Vec<StreamEvent>,
+) -> Result<(), TranslateError> {
     match event_type {
         "messageStart" => out.push(StreamEvent::Start {
             id: String::new(),
@@ -803,8 +823,8 @@ fn frame_to_events(
             input_tokens: None,
         }),
         "contentBlockStart" => {
-            let index = index_of(&v)?;
-            if let Some(tu) = field(&v, "start").and_then(|s| field(s, "toolUse")) {
+            let index = index_of(v)?;
+            if let Some(tu) = field(v, "start").and_then(|s| field(s, "toolUse")) {
                 out.push(StreamEvent::ToolCallStart {
                     index,
                     id: str_field(tu, "toolUseId", "contentBlockStart.toolUse")?,
@@ -812,42 +832,44 @@ fn frame_to_events(
                 });
             }
         }
-        "contentBlockDelta" => {
-            let index = index_of(&v)?;
-            let Some(delta) = field(&v, "delta") else {
-                return Ok(());
-            };
-            if let Some(text) = field(delta, "text").and_then(Value::as_str) {
-                out.push(StreamEvent::TextDelta {
-                    index,
-                    text: text.to_owned(),
-                });
-            } else if let Some(input) = field(delta, "toolUse").and_then(|t| field(t, "input")) {
-                let arguments = match input {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                out.push(StreamEvent::ToolCallDelta { index, arguments });
-            }
-        }
+        "contentBlockDelta" => content_block_delta(v, out)?,
         "contentBlockStop" => out.push(StreamEvent::BlockStop {
-            index: index_of(&v)?,
+            index: index_of(v)?,
         }),
         "messageStop" => {
             *pending_stop = Some(stop_from_str(
-                field(&v, "stopReason")
-                    .and_then(Value::as_str)
-                    .unwrap_or(""),
+                field(v, "stopReason").and_then(Value::as_str).unwrap_or(""),
             ));
         }
         "metadata" => {
-            let usage = usage_from(field(&v, "usage"));
+            let usage = usage_from(field(v, "usage"));
             match pending_stop.take() {
                 Some(reason) => out.push(StreamEvent::Stop { reason, usage }),
                 None => out.extend(usage.map(StreamEvent::Usage)),
             }
         }
         _ => {}
+    }
+    Ok(())
+}
+
+/// `contentBlockDelta`: text, or a fragment of a tool call's input (a string, or JSON as text).
+fn content_block_delta(v: &Value, out: &mut Vec<StreamEvent>) -> Result<(), TranslateError> {
+    let index = index_of(v)?;
+    let Some(delta) = field(v, "delta") else {
+        return Ok(());
+    };
+    if let Some(text) = field(delta, "text").and_then(Value::as_str) {
+        out.push(StreamEvent::TextDelta {
+            index,
+            text: text.to_owned(),
+        });
+    } else if let Some(input) = field(delta, "toolUse").and_then(|t| field(t, "input")) {
+        let arguments = match input {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        out.push(StreamEvent::ToolCallDelta { index, arguments });
     }
     Ok(())
 }

@@ -13,7 +13,7 @@ use bytes::{Bytes, BytesMut};
 use sidetrack_dialects::canonical::StreamEvent as Event;
 use sidetrack_dialects::sse::SseDecoder;
 use sidetrack_dialects::translate::{Decode, Encode};
-use sidetrack_dialects::{openai_chat, Dialect, StreamEvent, Usage};
+use sidetrack_dialects::{openai_chat, Dialect, StreamEventClass, Usage};
 use smallvec::SmallVec;
 
 /// What a stream has said so far.
@@ -416,16 +416,16 @@ fn decoder_failure(state: &mut StreamState, decoder: &dyn Decode, upstream: Dial
     }
 }
 
-fn classified(state: &mut StreamState, meaning: StreamEvent) {
+fn classified(state: &mut StreamState, meaning: StreamEventClass) {
     match meaning {
-        StreamEvent::Content => state.seen_content = true,
-        StreamEvent::Done => state.seen_done = true,
-        StreamEvent::Error {
+        StreamEventClass::Content => state.seen_content = true,
+        StreamEventClass::Done => state.seen_done = true,
+        StreamEventClass::Error {
             status, error_type, ..
         } => {
             state.error.get_or_insert((status, error_type));
         }
-        StreamEvent::Preamble | StreamEvent::Metadata => {}
+        StreamEventClass::Preamble | StreamEventClass::Metadata => {}
     }
 }
 
