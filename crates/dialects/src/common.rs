@@ -6,6 +6,21 @@ use serde_json::value::RawValue;
 
 use crate::canonical::{Message, Part, TranslateError};
 
+/// An OpenAI `tool_choice` given as a mode string (chat and Responses spell the modes alike);
+/// `dialect` names the caller's format in the error.
+pub(crate) fn openai_tool_choice_mode(
+    dialect: &str,
+    mode: &str,
+) -> Result<crate::canonical::ToolChoice, TranslateError> {
+    use crate::canonical::ToolChoice;
+    Ok(match mode {
+        "auto" => ToolChoice::Auto,
+        "required" => ToolChoice::Any,
+        "none" => ToolChoice::None,
+        other => return Err(terr(format!("{dialect} tool_choice `{other}` is unknown"))),
+    })
+}
+
 pub(crate) fn terr(msg: impl Into<String>) -> TranslateError {
     TranslateError(msg.into())
 }

@@ -9,7 +9,10 @@ use serde_json::value::RawValue;
 use crate::canonical::{
     ChatRequest, JsonSchema, Message, Part, Role, Tool, ToolChoice, TranslateError,
 };
-use crate::common::{data_url, normalize_messages, parse_data_url, raw_json, schema_text, terr};
+use crate::common::{
+    data_url, normalize_messages, openai_tool_choice_mode, parse_data_url, raw_json, schema_text,
+    terr,
+};
 use crate::request::ParsedRequest;
 
 /// A caller's Responses body → the canonical form.
@@ -67,16 +70,7 @@ fn wire_tool_choice(
 ) -> Result<Option<ToolChoice>, TranslateError> {
     Ok(match choice {
         None | Some(serde_json::Value::Null) => None,
-        Some(serde_json::Value::String(s)) => Some(match s.as_str() {
-            "auto" => ToolChoice::Auto,
-            "required" => ToolChoice::Any,
-            "none" => ToolChoice::None,
-            other => {
-                return Err(terr(format!(
-                    "openai-responses tool_choice `{other}` is unknown"
-                )))
-            }
-        }),
+        Some(serde_json::Value::String(s)) => Some(openai_tool_choice_mode("openai-responses", s)?),
         Some(v) => match (v["type"].as_str(), v["name"].as_str()) {
             (Some("function"), Some(name)) => Some(ToolChoice::Tool(name.to_owned())),
             _ => {
