@@ -173,7 +173,7 @@ fn skip(out: &mut Vec<u8>, s: &SkipRecord) {
 
 /// A JSON string: copied as it is when nothing in it needs escaping, else escaped by serde_json.
 fn string(out: &mut Vec<u8>, s: &str) {
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+    if !needs_escape(s.as_bytes()) {
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
@@ -181,6 +181,28 @@ fn string(out: &mut Vec<u8>, s: &str) {
         // Writing to a Vec cannot fail.
         let _ = serde_json::to_writer(&mut *out, s);
     }
+}
+
+/// Whether any byte is a control character, `"` or `\\` (what serde_json escapes), eight bytes
+/// at a time: a byte below `n` sets its top bit in `(w - n·0x01…) & !w & 0x80…`.
+fn needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let below = |w: u64, n: u8| w.wrapping_sub(ONES * u64::from(n)) & !w & HIGH != 0;
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let w = u64::from_le_bytes(<[u8; 8]>::try_from(word).unwrap_or_default());
+        if below(w, 0x20)
+            || below(w ^ (ONES * u64::from(b'"')), 1)
+            || below(w ^ (ONES * u64::from(b'\\')), 1)
+        {
+            return true;
+        }
+    }
+    words
+        .remainder()
+        .iter()
+        .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
 }
 
 fn opt_string(out: &mut Vec<u8>, s: Option<&str>) {
@@ -367,6 +389,27 @@ mod tests {
                 String::from_utf8_lossy(&expected),
                 "record {i}"
             );
+        }
+    }
+
+    #[test]
+    fn strings_needing_escapes_are_found_at_every_position() {
+        for len in 0..40 {
+            for at in 0..len {
+                for special in [b'"', b'\\', 0u8, 0x1f, b'\n'] {
+                    let mut bytes = vec![b'a'; len];
+                    bytes[at] = special;
+                    let s = std::str::from_utf8(&bytes).unwrap();
+                    assert!(needs_escape(bytes.as_slice()), "{s:?}");
+                    let mut buf = Vec::new();
+                    string(&mut buf, s);
+                    assert_eq!(buf, serde_json::to_vec(s).unwrap());
+                }
+            }
+            let plain: String = (0..len)
+                .map(|i| [' ', '~', '\u{7f}', 'é', '!', '#', '[', ']'][i % 8])
+                .collect();
+            assert!(!needs_escape(plain.as_bytes()), "{plain:?}");
         }
     }
 
