@@ -294,16 +294,16 @@ mod tests {
             hop: i * 7,
             target: Arc::from(AWKWARD[i % AWKWARD.len()]),
             model: Arc::from(AWKWARD[(i + 3) % AWKWARD.len()]),
-            outcome: if i % 2 == 0 {
+            outcome: if i.is_multiple_of(2) {
                 Outcome::Success(200)
             } else {
                 Outcome::Status(503)
             },
-            status: (i % 3 != 0).then_some(200 + i as u16),
+            status: (!i.is_multiple_of(3)).then_some(200 + i as u16),
             error_kind: (i % 2 == 1).then_some("UPSTREAM_5XX"),
             detail: (i % 4 == 1).then(|| AWKWARD[(i + 5) % AWKWARD.len()].to_owned()),
             duration_ms: FLOATS[i % FLOATS.len()],
-            first_byte_ms: (i % 5 != 0).then_some(FLOATS[(i + 4) % FLOATS.len()]),
+            first_byte_ms: (!i.is_multiple_of(5)).then_some(FLOATS[(i + 4) % FLOATS.len()]),
             breaker: ["CLOSED", "HALF_OPEN", "OPEN"][i % 3],
         }
     }
@@ -327,7 +327,7 @@ mod tests {
             request_id: RequestId::next(),
             principal: Arc::from(AWKWARD[i % AWKWARD.len()]),
             dialect: ["openai-chat", "anthropic", "bedrock"][i % 3],
-            request_path: if i % 2 == 0 {
+            request_path: if i.is_multiple_of(2) {
                 Cow::Borrowed("/v1/chat/completions")
             } else {
                 Cow::Owned(format!("/model/{}/converse", AWKWARD[i % AWKWARD.len()]))
@@ -341,7 +341,7 @@ mod tests {
                 RequestOutcome::Rejected,
                 RequestOutcome::Cancelled,
             ][i % 4],
-            reason: if i % 2 == 0 {
+            reason: if i.is_multiple_of(2) {
                 Cow::Borrowed("servedByPrimary")
             } else {
                 Cow::Owned(format!("fallback {}", AWKWARD[i % AWKWARD.len()]))
@@ -351,7 +351,7 @@ mod tests {
                 model: Arc::from("m"),
             }),
             status: [200, 429, 502, 0, 65535][i % 5],
-            fallback_hop: (i % 3 != 0).then_some(i % 4),
+            fallback_hop: (!i.is_multiple_of(3)).then_some(i % 4),
             attempts: (0..i % 4).map(|k| attempt(i + k)).collect(),
             skipped: (0..i % 3)
                 .map(|k| SkipRecord {
@@ -359,17 +359,22 @@ mod tests {
                     target: Arc::from(AWKWARD[(i + k) % AWKWARD.len()]),
                     model: Arc::from("skipped-model"),
                     why: skips[(i + k) % skips.len()],
-                    detail: ((i + k) % 2 == 0).then(|| AWKWARD[(i + 6) % AWKWARD.len()].to_owned()),
+                    detail: ((i + k).is_multiple_of(2))
+                        .then(|| AWKWARD[(i + 6) % AWKWARD.len()].to_owned()),
                 })
                 .collect(),
-            streamed: i % 2 == 0,
-            committed: i % 3 == 0,
-            mid_stream_error: i % 7 == 0,
+            streamed: i.is_multiple_of(2),
+            committed: i.is_multiple_of(3),
+            mid_stream_error: i.is_multiple_of(7),
             latency_ms: FLOATS[(i + 1) % FLOATS.len()],
-            ttft_ms: (i % 2 == 0).then_some(FLOATS[(i + 2) % FLOATS.len()]),
+            ttft_ms: (i.is_multiple_of(2)).then_some(FLOATS[(i + 2) % FLOATS.len()]),
             usage: (i % 3 != 2).then_some(UsageRecord {
                 input_tokens: i as u64 * 1_000_003,
-                output_tokens: if i % 5 == 0 { u64::MAX } else { i as u64 },
+                output_tokens: if i.is_multiple_of(5) {
+                    u64::MAX
+                } else {
+                    i as u64
+                },
             }),
         }
     }
