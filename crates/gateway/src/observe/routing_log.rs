@@ -11,6 +11,8 @@ use serde::Serialize;
 use sidetrack_config::RoutingSink;
 use tokio::sync::Notify;
 
+mod json;
+
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ServedBy {
@@ -399,18 +401,27 @@ impl RoutingLog {
     }
 }
 
-/// The writer thread: one serialisation pass and one flush per batch.
-fn write_lines(queue: &Queue, out: Box<dyn Write + Send>) {
-    let mut out = std::io::BufWriter::with_capacity(64 * 1024, out);
+/// The writer thread: one serialisation pass into a reused buffer, one write and one flush per
+/// batch.
+fn write_lines(queue: &Queue, mut out: Box<dyn Write + Send>) {
+    let mut lines = json::LineWriter::default();
+    // Written out whenever it holds WRITE_AT bytes, so a long batch does not grow it further.
+    const WRITE_AT: usize = 64 * 1024;
+    let mut buf: Vec<u8> = Vec::with_capacity(WRITE_AT + 4096);
     let mut batch = Vec::with_capacity(BATCH);
     loop {
         let open = queue.next_batch(&mut batch);
         for rec in batch.drain(..) {
-            if serde_json::to_writer(&mut out, &rec).is_ok() {
-                let _ = out.write_all(b"\n");
+            lines.write(&mut buf, &rec);
+            buf.push(b'\n');
+            if buf.len() >= WRITE_AT {
+                let _ = out.write_all(&buf);
+                buf.clear();
             }
         }
+        let _ = out.write_all(&buf);
         let _ = out.flush();
+        buf.clear();
         if !open {
             return;
         }
