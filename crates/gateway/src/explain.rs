@@ -3,9 +3,7 @@
 
 use std::fmt::Write;
 
-use sidetrack_config::{
-    BreakerMode, BreakerPolicy, Config, DestinationRef, HopPolicy, Route, StaticRoute, Target,
-};
+use sidetrack_config::{BreakerMode, BreakerPolicy, Config, HopPolicy, Route, StaticRoute, Target};
 
 use crate::routing::{self, find_rule, Picker};
 
@@ -46,41 +44,7 @@ pub fn explain(cfg: &Config, model: &str, principal: &str, dialect: &str) -> Str
             "route: RULE `{}` (priority {}, rules[{}])",
             rule.name, rule.priority, rule.index
         );
-        match &rule.route {
-            Route::Static(s) => write_static(&mut out, cfg, s, model, ""),
-            Route::PriorityGroups(groups) => {
-                let _ = writeln!(
-                    out,
-                    "  priority groups: each group is one hop; members are load-balanced"
-                );
-                for (i, g) in groups.iter().enumerate() {
-                    let _ = writeln!(
-                        out,
-                        "  hop {i} (priority group of {}):",
-                        g.destinations.len()
-                    );
-                    for d in &g.destinations {
-                        if let Some((t, m)) = resolve_dest(cfg, d, model) {
-                            write_hop(&mut out, i, t, &m, &g.policy, true);
-                        }
-                    }
-                }
-            }
-            Route::Weighted(w) => {
-                let total: u32 = w.legs.iter().map(|l| l.weight).sum();
-                if let Some(h) = &w.stickiness_header {
-                    let _ = writeln!(out, "  stickiness: same `{h}` header value → same leg");
-                }
-                for (i, leg) in w.legs.iter().enumerate() {
-                    let _ = writeln!(
-                        out,
-                        "  leg {i}: weight {}/{} — walks its own chain:",
-                        leg.weight, total
-                    );
-                    write_static(&mut out, cfg, &leg.route, model, "  ");
-                }
-            }
-        }
+        write_rule(&mut out, cfg, &rule.route, model);
         return out;
     }
     match routing::default_route(cfg, model, &Picker::default()) {
@@ -89,10 +53,8 @@ pub fn explain(cfg: &Config, model: &str, principal: &str, dialect: &str) -> Str
                 out,
                 "route: DEFAULT (no rule matched; targets whose `models` match, exact beats glob, round-robin among equals)"
             );
-            for t in &cfg.targets {
-                if t.models.iter().any(|g| crate::glob::glob_match(g, model)) {
-                    write_hop(&mut out, 0, t, model, &default_policy(), false);
-                }
+            for (_, t) in routing::default_candidates(cfg, model) {
+                write_hop(&mut out, 0, t, model, routing::default_policy(), false);
             }
         }
         None => {
@@ -100,6 +62,40 @@ pub fn explain(cfg: &Config, model: &str, principal: &str, dialect: &str) -> Str
         }
     }
     out
+}
+
+/// A rule's route: its chain, each priority group as a hop, or each weighted leg's own chain.
+fn write_rule(out: &mut String, cfg: &Config, route: &Route, model: &str) {
+    match route {
+        Route::Static(s) => write_static(out, cfg, s, model, ""),
+        Route::PriorityGroups(groups) => {
+            let _ = writeln!(
+                out,
+                "  priority groups: each group is one hop; members are load-balanced"
+            );
+            for hop in routing::group_hops(cfg, groups, model) {
+                let (i, n) = (hop.index, hop.destinations.len());
+                let _ = writeln!(out, "  hop {i} (priority group of {n}):");
+                for d in &hop.destinations {
+                    write_hop(out, i, d.target, &d.model, &hop.policy, true);
+                }
+            }
+        }
+        Route::Weighted(w) => {
+            let total: u32 = w.legs.iter().map(|l| l.weight).sum();
+            if let Some(h) = &w.stickiness_header {
+                let _ = writeln!(out, "  stickiness: same `{h}` header value → same leg");
+            }
+            for (i, leg) in w.legs.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "  leg {i}: weight {}/{} — walks its own chain:",
+                    leg.weight, total
+                );
+                write_static(out, cfg, &leg.route, model, "  ");
+            }
+        }
+    }
 }
 
 /// The index (`Rule::index`) of the rule a request for `model` from `principal` takes; `None` for
@@ -157,36 +153,21 @@ fn write_access(out: &mut String, cfg: &Config, model: &str, principal: &str) {
     }
 }
 
-fn default_policy() -> HopPolicy {
-    HopPolicy {
-        triggers: sidetrack_resilience::Triggers::default_set(),
-        first_byte_timeout: None,
-    }
-}
-
-fn resolve_dest<'a>(
-    cfg: &'a Config,
-    d: &DestinationRef,
-    model: &str,
-) -> Option<(&'a Target, String)> {
-    let t = cfg.target(&d.target)?;
-    Some((t, d.model.clone().unwrap_or_else(|| model.to_owned())))
-}
-
 fn write_static(out: &mut String, cfg: &Config, s: &StaticRoute, model: &str, indent: &str) {
     let mode = match s.breaker_mode {
         BreakerMode::Enabled => "ENABLED (open destinations are skipped unless last)",
         BreakerMode::Disabled => "DISABLED (nothing is skipped by breakers on this route)",
     };
     let _ = writeln!(out, "{indent}  fallback.circuitBreaker.mode: {mode}");
-    if let Some((t, m)) = resolve_dest(cfg, &s.primary, model) {
-        let _ = writeln!(out, "{indent}  hop 0 (primary):");
-        write_hop(out, 0, t, &m, &s.primary_policy, true);
-    }
-    for (i, fb) in s.fallbacks.iter().enumerate() {
-        if let Some((t, m)) = resolve_dest(cfg, &fb.destination, model) {
-            let _ = writeln!(out, "{indent}  hop {} (fallback {}):", i + 1, i + 1);
-            write_hop(out, i + 1, t, &m, &fb.policy, true);
+    for hop in routing::static_hops(cfg, s, model) {
+        let i = hop.index;
+        if i == 0 {
+            let _ = writeln!(out, "{indent}  hop 0 (primary):");
+        } else {
+            let _ = writeln!(out, "{indent}  hop {i} (fallback {i}):");
+        }
+        for d in &hop.destinations {
+            write_hop(out, i, d.target, &d.model, &hop.policy, true);
         }
     }
 }

@@ -105,7 +105,7 @@ impl Picker {
 }
 
 /// The policy of a hop that no rule configured (pinned and default routes).
-fn default_policy() -> &'static HopPolicy {
+pub(crate) fn default_policy() -> &'static HopPolicy {
     static DEFAULT: std::sync::LazyLock<HopPolicy> = std::sync::LazyLock::new(|| HopPolicy {
         triggers: Triggers::default_set(),
         first_byte_timeout: None,
@@ -130,7 +130,8 @@ fn dest<'a>(cfg: &'a Config, r: &'a DestinationRef, caller_model: &'a str) -> Op
     })
 }
 
-fn static_hops<'a>(cfg: &'a Config, route: &'a StaticRoute, model: &'a str) -> Vec<Hop<'a>> {
+/// A static route's chain: the primary, then each `targetFallback`, each a hop of its own policy.
+pub fn static_hops<'a>(cfg: &'a Config, route: &'a StaticRoute, model: &'a str) -> Vec<Hop<'a>> {
     let mut hops = Vec::with_capacity(1 + route.fallbacks.len());
     if let Some(d) = dest(cfg, &route.primary, model) {
         hops.push(Hop {
@@ -151,6 +152,27 @@ fn static_hops<'a>(cfg: &'a Config, route: &'a StaticRoute, model: &'a str) -> V
     hops
 }
 
+/// Priority groups: each group is one hop whose members are load-balanced (SPEC §5.8).
+pub fn group_hops<'a>(
+    cfg: &'a Config,
+    groups: &'a [sidetrack_config::PriorityGroup],
+    model: &'a str,
+) -> Vec<Hop<'a>> {
+    groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| Hop {
+            index: i,
+            destinations: g
+                .destinations
+                .iter()
+                .filter_map(|d| dest(cfg, d, model))
+                .collect(),
+            policy: Cow::Borrowed(&g.policy),
+        })
+        .collect()
+}
+
 /// What route resolution decided for one request.
 pub enum Resolved<'a> {
     Plan(Plan<'a>),
@@ -167,22 +189,11 @@ pub fn resolve<'a>(cfg: &'a Config, input: &RouteInput<'a>, picker: &Picker) -> 
     if let Some(rule) = find_rule(cfg, input.model, input.principal) {
         let (hops, breaker_mode, leg) = match &rule.route {
             Route::Static(s) => (static_hops(cfg, s, input.model), s.breaker_mode, None),
-            Route::PriorityGroups(groups) => {
-                let hops = groups
-                    .iter()
-                    .enumerate()
-                    .map(|(i, g)| Hop {
-                        index: i,
-                        destinations: g
-                            .destinations
-                            .iter()
-                            .filter_map(|d| dest(cfg, d, input.model))
-                            .collect(),
-                        policy: Cow::Borrowed(&g.policy),
-                    })
-                    .collect();
-                (hops, BreakerMode::Enabled, None)
-            }
+            Route::PriorityGroups(groups) => (
+                group_hops(cfg, groups, input.model),
+                BreakerMode::Enabled,
+                None,
+            ),
             Route::Weighted(w) => {
                 let total: u64 = w
                     .legs
@@ -298,26 +309,31 @@ fn lists(t: &Target, model: &str, exact: bool) -> bool {
     })
 }
 
-/// Default routing: the targets whose `models` match; an exact entry beats a glob; round-robin
-/// among equals. Targets without `models` take no part.
+/// The targets default routing chooses among for `model`, with their indexes: those that list it
+/// as a literal entry, or — when none does — those whose globs match it. Targets without `models`
+/// take no part.
+pub fn default_candidates<'c>(
+    cfg: &'c Config,
+    model: &'c str,
+) -> impl Iterator<Item = (usize, &'c Target)> + Clone + 'c {
+    let exact = cfg.targets.iter().any(|t| lists(t, model, true));
+    cfg.targets
+        .iter()
+        .enumerate()
+        .filter(move |(_, t)| lists(t, model, exact))
+}
+
+/// Default routing: round-robin among [`default_candidates`].
 pub fn default_route<'a>(cfg: &'a Config, model: &'a str, picker: &Picker) -> Option<Plan<'a>> {
-    for exact in [true, false] {
-        let serves = |t: &&Target| lists(t, model, exact);
-        // Counted, then the drawn one found again: no list per request.
-        let n = cfg.targets.iter().filter(serves).count();
-        if n == 0 {
-            continue;
-        }
-        let k = (picker.next() % n as u64) as usize;
-        let (target_index, _) = cfg
-            .targets
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| serves(t))
-            .nth(k)?;
-        return Some(single_hop(cfg, MatchType::Default, target_index, model));
+    let candidates = default_candidates(cfg, model);
+    // Counted, then the drawn one found again: no list per request.
+    let n = candidates.clone().count();
+    if n == 0 {
+        return None;
     }
-    None
+    let k = (picker.next() % n as u64) as usize;
+    let (target_index, _) = candidates.into_iter().nth(k)?;
+    Some(single_hop(cfg, MatchType::Default, target_index, model))
 }
 
 /// A one-hop plan with the default triggers and no first-byte timeout (pinned and default routing).
