@@ -16,7 +16,7 @@ use sidetrack_config::{
     BreakerMode, Config, DestinationRef, HopPolicy, MatchOperator, Matcher, Route, StaticRoute,
     Target,
 };
-use sidetrack_resilience::Triggers;
+use sidetrack_resilience::{walk, Triggers};
 use smallvec::{smallvec, SmallVec};
 
 use crate::glob::{glob_match, is_glob};
@@ -195,12 +195,8 @@ pub fn resolve<'a>(cfg: &'a Config, input: &RouteInput<'a>, picker: &Picker) -> 
                 None,
             ),
             Route::Weighted(w) => {
-                let total: u64 = w
-                    .legs
-                    .iter()
-                    .map(|l| u64::from(l.weight))
-                    .sum::<u64>()
-                    .max(1);
+                let weights: SmallVec<[u32; 4]> = w.legs.iter().map(|l| l.weight).collect();
+                let total = walk::total_weight(&weights);
                 let roll = match input.sticky {
                     Some(v) => {
                         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -209,15 +205,7 @@ pub fn resolve<'a>(cfg: &'a Config, input: &RouteInput<'a>, picker: &Picker) -> 
                     }
                     None => picker.next() % total,
                 };
-                let mut acc = 0u64;
-                let mut chosen = 0;
-                for (i, leg) in w.legs.iter().enumerate() {
-                    acc += u64::from(leg.weight);
-                    if roll < acc {
-                        chosen = i;
-                        break;
-                    }
-                }
+                let chosen = walk::pick_leg(&weights, roll);
                 let leg = &w.legs[chosen];
                 (
                     static_hops(cfg, &leg.route, input.model),

@@ -273,6 +273,116 @@ pub enum Admitted {
     Unguarded(crate::BreakerState),
 }
 
+/// Which deadline bounds an attempt until its first body byte (SPEC §5.4): the hop's
+/// `firstByteTimeoutMilliseconds` from `sent`, or the request deadline when that comes first (or
+/// the hop has none). Returns the deadline and the knob a timeout there is named after.
+pub fn first_byte_deadline<T>(
+    sent: T,
+    first_byte_timeout: Option<Duration>,
+    request_deadline: T,
+) -> (T, &'static str)
+where
+    T: Copy + PartialOrd + std::ops::Add<Duration, Output = T>,
+{
+    match first_byte_timeout.map(|d| sent + d) {
+        Some(fbt) if fbt <= request_deadline => (fbt, "firstByteTimeoutMilliseconds"),
+        _ => (request_deadline, "requestTimeoutMilliseconds"),
+    }
+}
+
+/// When a stream is committed (SPEC §5.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitRule {
+    /// At the first byte (AgentCore's rule).
+    FirstByte,
+    /// At the first content-bearing event; the preamble is held (the default).
+    FirstToken,
+}
+
+/// What a held stream has said so far, as the commit decision reads it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Heard {
+    /// A content-bearing event (text, tool call, refusal, finish).
+    pub content: bool,
+    /// The stream's explicit end.
+    pub done: bool,
+    /// An error event, as the status its type stands for (e.g. `overloaded_error` → 529).
+    pub error: Option<u16>,
+}
+
+/// Bytes a `firstToken` stream may say before an event decides; past it the attempt is a protocol
+/// failure (SPEC §5.6, §14).
+pub const MAX_HELD_BYTES: usize = 64 * 1024;
+
+/// The commit decision for a streamed answer with HTTP `status`: its outcome once known, `None`
+/// while the preamble is still held. `firstByte` decides at once; `firstToken` on the first
+/// content, the end, or an error event — which is the attempt's outcome, so a fallback can follow.
+pub fn commit_decision(rule: CommitRule, status: u16, heard: Heard) -> Option<Outcome> {
+    match (rule, heard.error) {
+        (CommitRule::FirstByte, _) => Some(Outcome::from_status(status)),
+        (CommitRule::FirstToken, Some(code)) => Some(Outcome::Status(code)),
+        _ if heard.content || heard.done => Some(Outcome::from_status(status)),
+        _ => None,
+    }
+}
+
+/// A weighted route's leg (SPEC §5.8) for a `roll` below the total weight: leg `i` owns the
+/// weights `[sum of earlier weights, + weight_i)`. The roll is random, or a hash of the
+/// stickiness header's value so the same value always lands on the same leg.
+pub fn pick_leg(weights: &[u32], roll: u64) -> usize {
+    let mut upto = 0u64;
+    for (i, w) in weights.iter().enumerate() {
+        upto += u64::from(*w);
+        if roll < upto {
+            return i;
+        }
+    }
+    0
+}
+
+/// The total a leg roll is drawn below (at least 1).
+pub fn total_weight(weights: &[u32]) -> u64 {
+    weights.iter().map(|w| u64::from(*w)).sum::<u64>().max(1)
+}
+
+/// Why the walk ended as it did: the routing log's `reason` (SPEC §7.1), for a walk that
+/// returned hop `hop` after `attempts` attempts. (`noEligibleDestination` — nothing attempted —
+/// and the gateway's rejections are decided before there is a hop to return.)
+pub fn reason(outcome: Outcome, fired: bool, hop: usize, attempts: usize) -> Reason {
+    if matches!(outcome, Outcome::Error(crate::ErrorKind::Unroutable)) && attempts == 1 {
+        Reason::Unroutable
+    } else if fired {
+        Reason::ChainExhausted
+    } else if hop == 0 {
+        Reason::ServedByPrimary
+    } else {
+        Reason::ServedViaFallbackHop(hop)
+    }
+}
+
+/// The routing log's `reason` for a walk that returned a hop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    ServedByPrimary,
+    ServedViaFallbackHop(usize),
+    /// The last hop's answer matched its triggers: every hop was used.
+    ChainExhausted,
+    /// The only attempt was UNROUTABLE: nothing can serve the model.
+    Unroutable,
+}
+
+impl Reason {
+    /// The label; a fallback hop's is made for it (`servedViaFallbackHop:<n>`).
+    pub fn label(self) -> std::borrow::Cow<'static, str> {
+        match self {
+            Reason::ServedByPrimary => "servedByPrimary".into(),
+            Reason::ServedViaFallbackHop(n) => format!("servedViaFallbackHop:{n}").into(),
+            Reason::ChainExhausted => "chainExhausted".into(),
+            Reason::Unroutable => "unroutable".into(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -585,5 +695,126 @@ mod tests {
             attempt_breaker_label(Admitted::Unguarded(BreakerState::Closed)),
             "CLOSED"
         );
+    }
+
+    // §5.4: which deadline bounds the first byte, and what a timeout there is called
+    #[test]
+    fn the_first_byte_waits_for_the_hop_timeout_or_the_request_deadline_whichever_is_sooner() {
+        let sent = Instant::now();
+        let request = sent + Duration::from_secs(60);
+        assert_eq!(
+            first_byte_deadline(sent, Some(Duration::from_secs(2)), request),
+            (
+                sent + Duration::from_secs(2),
+                "firstByteTimeoutMilliseconds"
+            )
+        );
+        assert_eq!(
+            first_byte_deadline(sent, Some(Duration::from_secs(90)), request),
+            (request, "requestTimeoutMilliseconds")
+        );
+        // No first-byte timeout on the hop: only the request deadline bounds it (SPEC §5.4).
+        assert_eq!(
+            first_byte_deadline(sent, None, request),
+            (request, "requestTimeoutMilliseconds")
+        );
+    }
+
+    // §5.6 the commit point
+    #[test]
+    fn first_byte_commits_at_once_and_first_token_holds_until_an_event_decides() {
+        let nothing = Heard::default();
+        let error = Heard {
+            error: Some(529),
+            ..Heard::default()
+        };
+        assert_eq!(
+            commit_decision(CommitRule::FirstByte, 200, nothing),
+            Some(Outcome::Success(200))
+        );
+        // firstByte: an error event later is a mid-stream failure, not the attempt's outcome.
+        assert_eq!(
+            commit_decision(CommitRule::FirstByte, 200, error),
+            Some(Outcome::Success(200))
+        );
+        assert_eq!(commit_decision(CommitRule::FirstToken, 200, nothing), None);
+        let content = Heard {
+            content: true,
+            ..Heard::default()
+        };
+        assert_eq!(
+            commit_decision(CommitRule::FirstToken, 200, content),
+            Some(Outcome::Success(200))
+        );
+        let done = Heard {
+            done: true,
+            ..Heard::default()
+        };
+        assert_eq!(
+            commit_decision(CommitRule::FirstToken, 200, done),
+            Some(Outcome::Success(200))
+        );
+        // An error event before the first token is the attempt's outcome: a fallback can follow.
+        assert_eq!(
+            commit_decision(CommitRule::FirstToken, 200, error),
+            Some(Outcome::Status(529))
+        );
+        let both = Heard {
+            content: true,
+            error: Some(529),
+            ..Heard::default()
+        };
+        assert_eq!(
+            commit_decision(CommitRule::FirstToken, 200, both),
+            Some(Outcome::Status(529))
+        );
+        assert_eq!(MAX_HELD_BYTES, 65_536);
+    }
+
+    // §5.8 weighted legs
+    #[test]
+    fn a_leg_owns_a_share_of_the_rolls_equal_to_its_weight() {
+        let weights = [70, 20, 10];
+        assert_eq!(total_weight(&weights), 100);
+        let mut counts = [0usize; 3];
+        for roll in 0..total_weight(&weights) {
+            counts[pick_leg(&weights, roll)] += 1;
+        }
+        assert_eq!(counts, [70, 20, 10]);
+        assert_eq!(pick_leg(&weights, 69), 0);
+        assert_eq!(pick_leg(&weights, 70), 1);
+        assert_eq!(pick_leg(&weights, 99), 2);
+        // The same roll (a sticky header's hash) is always the same leg.
+        assert_eq!(pick_leg(&weights, 85), pick_leg(&weights, 85));
+        assert_eq!(total_weight(&[]), 1);
+    }
+
+    // §7.1 the reason a walk ended
+    #[test]
+    fn the_reason_names_the_hop_that_answered_or_the_exhausted_chain() {
+        let ok = Outcome::Success(200);
+        assert_eq!(reason(ok, false, 0, 1), Reason::ServedByPrimary);
+        assert_eq!(reason(ok, false, 2, 3), Reason::ServedViaFallbackHop(2));
+        assert_eq!(
+            Reason::ServedViaFallbackHop(2).label(),
+            "servedViaFallbackHop:2"
+        );
+        // The last hop's answer matched its triggers: the chain is exhausted, whatever the hop.
+        assert_eq!(
+            reason(Outcome::Status(503), true, 1, 2),
+            Reason::ChainExhausted
+        );
+        // A 400 no trigger fired on goes back as the hop's answer.
+        assert_eq!(
+            reason(Outcome::Status(400), false, 0, 1),
+            Reason::ServedByPrimary
+        );
+        let unroutable = Outcome::Error(crate::ErrorKind::Unroutable);
+        assert_eq!(reason(unroutable, true, 0, 1), Reason::Unroutable);
+        // UNROUTABLE after other attempts is an exhausted chain.
+        assert_eq!(reason(unroutable, true, 1, 2), Reason::ChainExhausted);
+        assert_eq!(Reason::ChainExhausted.label(), "chainExhausted");
+        assert_eq!(Reason::Unroutable.label(), "unroutable");
+        assert_eq!(Reason::ServedByPrimary.label(), "servedByPrimary");
     }
 }

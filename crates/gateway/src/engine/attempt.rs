@@ -66,9 +66,13 @@ pub struct AttemptSpec<'a> {
     pub caller_usage: bool,
 }
 
-/// A classified attempt.
+/// A classified attempt: what policy needs — the outcome, and a 429/503's retry delay — is read
+/// here once; the breaker, triggers, metrics and the routing log read these values.
 pub struct Attempt {
     pub outcome: Outcome,
+    /// The delay a 429 or 503 answer asked for (`Retry-After`, `retry-after-ms`,
+    /// `x-ratelimit-reset-*`), when it gave one.
+    pub retry_after: Option<Duration>,
     /// The knob or event behind a failure, for logs (e.g. `firstByteTimeoutMilliseconds`).
     pub detail: Option<String>,
     pub duration: Duration,
@@ -153,6 +157,7 @@ pub fn run<'a>(
         };
         Attempt {
             outcome,
+            retry_after: retry_after(outcome, response.parts()),
             detail,
             duration: started.elapsed(),
             first_byte,
@@ -169,11 +174,21 @@ fn failed(
 ) -> Attempt {
     Attempt {
         outcome,
+        retry_after: None,
         detail: Some(detail.to_owned()),
         duration: started.elapsed(),
         first_byte,
         response: None,
     }
+}
+
+/// The retry delay a 429 or 503 answer asked for.
+fn retry_after(outcome: Outcome, parts: &Parts) -> Option<Duration> {
+    if !matches!(outcome, Outcome::Status(429 | 503)) {
+        return None;
+    }
+    let lookup = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    sidetrack_resilience::parse_retry_after(&lookup, std::time::SystemTime::now())
 }
 
 /// An answered attempt, classified: its outcome, the knob or event behind a failure, and what

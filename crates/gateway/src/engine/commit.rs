@@ -11,35 +11,38 @@ use http::response::Parts;
 use hyper::body::Incoming;
 use sidetrack_config::StreamCommit;
 use sidetrack_dialects::Dialect;
-use sidetrack_resilience::{ErrorKind, Outcome};
+use sidetrack_resilience::{walk, ErrorKind, Outcome};
 
 use super::attempt::Upstream;
 use super::body::{next_data, Read, Timer};
 use super::pipe::{Pipe, StreamState};
 
-/// `firstToken` reads at most this much of a stream without a decidable event; past it the
-/// attempt is a protocol failure (SPEC §14).
-pub const MAX_HELD_BYTES: usize = 64 * 1024;
+pub use sidetrack_resilience::walk::MAX_HELD_BYTES;
 
-/// What the stream said so far decides the attempt: its outcome and the event behind a failure.
-/// `None`: not yet (keep holding).
+/// What the stream said so far decides the attempt ([`walk::commit_decision`]): its outcome and
+/// the event behind a failure. `None`: not yet (keep holding).
 pub(super) fn decide(
     commit: StreamCommit,
     status: u16,
     seen: &StreamState,
 ) -> Option<(Outcome, Option<String>)> {
-    if commit == StreamCommit::FirstByte {
-        Some((Outcome::from_status(status), None))
-    } else if let Some((code, error_type)) = &seen.error {
-        Some((
-            Outcome::Status(*code),
-            Some(format!("streamErrorEvent:{error_type}")),
-        ))
-    } else if seen.seen_content || seen.seen_done {
-        Some((Outcome::from_status(status), None))
-    } else {
-        None
-    }
+    let rule = match commit {
+        StreamCommit::FirstByte => walk::CommitRule::FirstByte,
+        StreamCommit::FirstToken => walk::CommitRule::FirstToken,
+    };
+    let heard = walk::Heard {
+        content: seen.seen_content,
+        done: seen.seen_done,
+        error: seen.error.as_ref().map(|(code, _)| *code),
+    };
+    let outcome = walk::commit_decision(rule, status, heard)?;
+    let detail = match (&seen.error, outcome) {
+        (Some((code, error_type)), Outcome::Status(c)) if *code == c => {
+            Some(format!("streamErrorEvent:{error_type}"))
+        }
+        _ => None,
+    };
+    Some((outcome, detail))
 }
 
 /// How a held stream ended up.
@@ -114,57 +117,4 @@ pub(super) fn set_stream_content_type(parts: &mut Parts, caller: Dialect) {
     let ct = http::HeaderValue::from_static(caller.stream_content_type());
     parts.headers.insert(http::header::CONTENT_TYPE, ct);
     parts.headers.remove("x-amzn-bedrock-content-type");
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn seen(f: impl FnOnce(&mut StreamState)) -> StreamState {
-        let mut s = StreamState::default();
-        f(&mut s);
-        s
-    }
-
-    #[test]
-    fn first_byte_commits_at_once_whatever_the_stream_said() {
-        let nothing = StreamState::default();
-        assert_eq!(
-            decide(StreamCommit::FirstByte, 200, &nothing),
-            Some((Outcome::Success(200), None))
-        );
-        let error = seen(|s| s.error = Some((529, "overloaded_error".into())));
-        assert_eq!(
-            decide(StreamCommit::FirstByte, 200, &error),
-            Some((Outcome::Success(200), None))
-        );
-    }
-
-    #[test]
-    fn first_token_holds_until_content_the_end_or_an_error_event() {
-        let commit = StreamCommit::FirstToken;
-        assert_eq!(decide(commit, 200, &StreamState::default()), None);
-        let content = seen(|s| s.seen_content = true);
-        assert_eq!(
-            decide(commit, 200, &content),
-            Some((Outcome::Success(200), None))
-        );
-        let done = seen(|s| s.seen_done = true);
-        assert_eq!(
-            decide(commit, 200, &done),
-            Some((Outcome::Success(200), None))
-        );
-        // An error event before any content is the attempt's outcome: a fallback can follow.
-        let error = seen(|s| {
-            s.seen_content = true;
-            s.error = Some((529, "overloaded_error".into()));
-        });
-        assert_eq!(
-            decide(commit, 200, &error),
-            Some((
-                Outcome::Status(529),
-                Some("streamErrorEvent:overloaded_error".into())
-            ))
-        );
-    }
 }

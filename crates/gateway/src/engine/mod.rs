@@ -17,9 +17,7 @@ use std::time::Duration;
 use sidetrack_config::{BreakerMode, StreamCommit};
 use sidetrack_dialects::ParsedRequest;
 use sidetrack_resilience::walk::{self, Admitted, Ineligible, Skip, Standing, Step};
-use sidetrack_resilience::{
-    parse_retry_after, ConditionInput, ErrorKind, Outcome, UnhealthyCondition,
-};
+use sidetrack_resilience::{ConditionInput, ErrorKind, Outcome, UnhealthyCondition};
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
@@ -308,8 +306,8 @@ fn record_attempt(
 }
 
 /// Phase "record health": what the classified outcome means for the destination (SPEC §5.5), by
-/// [`walk::verdict`]. The `unhealthyCondition` and a counted 429/503's Retry-After are read here,
-/// from the answer's headers, and handed to the rule.
+/// [`walk::verdict`]. The `unhealthyCondition` is evaluated here over the kept answer head; the
+/// retry delay was read when the attempt was classified.
 fn verdict(
     attempt: &attempt::Attempt,
     fired: bool,
@@ -321,14 +319,7 @@ fn verdict(
             tracing::warn!("unhealthyCondition: {e}; using the hop's triggers instead");
         })
     });
-    let retry_after = match attempt.outcome {
-        Outcome::Status(429 | 503) => headers.and_then(|h| {
-            let lookup = |name: &str| h.get(name).and_then(|v| v.to_str().ok());
-            parse_retry_after(&lookup, std::time::SystemTime::now())
-        }),
-        _ => None,
-    };
-    walk::verdict(attempt.outcome, fired, condition, retry_after)
+    walk::verdict(attempt.outcome, fired, condition, attempt.retry_after)
 }
 
 fn condition_input<'a>(
@@ -384,6 +375,7 @@ async fn attempt_one(
             Err(e) => {
                 return Ok(attempt::Attempt {
                     outcome: Outcome::Error(ErrorKind::Unroutable),
+                    retry_after: None,
                     detail: Some(e.0),
                     duration: Duration::ZERO,
                     first_byte: None,

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::response::Parts;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Error as ClientError;
-use sidetrack_resilience::{ErrorKind, Outcome};
+use sidetrack_resilience::{walk, ErrorKind, Outcome};
 use tokio::time::Instant;
 
 use super::body::{next_data, within, Read, Timer};
@@ -34,19 +34,9 @@ pub(super) async fn send(
     first_byte_timeout: Option<Duration>,
     deadline: Instant,
 ) -> Result<Answered, SendFailure> {
-    let fbt_deadline = first_byte_timeout.map(|d| started + d);
-    let first_byte_deadline = match fbt_deadline {
-        Some(d) if d < deadline => d,
-        _ => deadline,
-    };
-    let timed_out = (
-        Outcome::Error(ErrorKind::FirstByteTimeout),
-        if fbt_deadline.is_some_and(|d| d <= deadline) {
-            "firstByteTimeoutMilliseconds"
-        } else {
-            "requestTimeoutMilliseconds"
-        },
-    );
+    let (first_byte_deadline, knob) =
+        walk::first_byte_deadline(started, first_byte_timeout, deadline);
+    let timed_out = (Outcome::Error(ErrorKind::FirstByteTimeout), knob);
     let mut timer: Timer = Box::pin(tokio::time::sleep_until(first_byte_deadline));
     let resp = match within(&mut timer, response).await {
         None => return Err(timed_out),

@@ -8,7 +8,7 @@ use axum::response::Response;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use sidetrack_config::{CallerRetryHint, Server};
 use sidetrack_dialects::{Dialect, GatewayErrorKind};
-use sidetrack_resilience::{ErrorKind, Outcome};
+use sidetrack_resilience::{walk, ErrorKind, Outcome};
 use tokio::time::Instant;
 
 use super::finish::{finish_record, settle, Finish, CALLER_CANCELLED, CLIENT_CLOSED_REQUEST};
@@ -225,7 +225,7 @@ impl RequestCtx {
         self.decorate(resp.headers_mut(), &health, attempts, hop, status);
 
         let served = status < 400 && !fired;
-        let reason = reason(outcome, fired, hop, attempts);
+        let reason = walk::reason(outcome, fired, hop, attempts).label();
         let outcome_of_request = if served {
             RequestOutcome::Served
         } else {
@@ -400,19 +400,6 @@ type Live = (
     Option<Box<crate::engine::pipe::Pipe>>,
     crate::engine::attempt::Timer,
 );
-
-/// The routing record's `reason` (SPEC §7.1).
-fn reason(outcome: Outcome, fired: bool, hop: usize, attempts: usize) -> Cow<'static, str> {
-    if matches!(outcome, Outcome::Error(ErrorKind::Unroutable)) && attempts == 1 {
-        "unroutable".into()
-    } else if fired {
-        "chainExhausted".into()
-    } else if hop == 0 {
-        "servedByPrimary".into()
-    } else {
-        format!("servedViaFallbackHop:{hop}").into()
-    }
-}
 
 impl Drop for RequestCtx {
     /// The request's future was dropped before it answered: the caller disconnected (or the server
