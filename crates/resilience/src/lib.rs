@@ -7,6 +7,7 @@
 mod breaker;
 mod condition;
 mod outcome;
+pub mod retry;
 mod retry_after;
 mod triggers;
 pub mod walk;

@@ -33,6 +33,12 @@ pub enum Ineligible {
     ContextWindow,
     /// The request uses a feature the target's wire format cannot express.
     Translation,
+    /// The hop's expected time to first byte exceeds the time left before the request deadline
+    /// (SPEC §11 Deadline; see [`crate::retry::fits_deadline`]).
+    Deadline,
+    /// The request carries a guardrail or safety setting the destination cannot enforce
+    /// (SPEC §11: never served unguarded).
+    Guardrail,
 }
 
 impl Skip {
@@ -45,17 +51,21 @@ impl Skip {
             Skip::Ineligible(Ineligible::JsonSchema) => "INELIGIBLE:jsonSchema",
             Skip::Ineligible(Ineligible::ContextWindow) => "INELIGIBLE:contextWindow",
             Skip::Ineligible(Ineligible::Translation) => "INELIGIBLE:translation",
+            Skip::Ineligible(Ineligible::Deadline) => "INELIGIBLE:deadline",
+            Skip::Ineligible(Ineligible::Guardrail) => "INELIGIBLE:guardrail",
         }
     }
 
     /// Every skip, for metric pre-registration and docs.
-    pub const ALL: [Skip; 6] = [
+    pub const ALL: [Skip; 8] = [
         Skip::Disabled,
         Skip::BreakerOpen,
         Skip::Ineligible(Ineligible::Tools),
         Skip::Ineligible(Ineligible::JsonSchema),
         Skip::Ineligible(Ineligible::ContextWindow),
         Skip::Ineligible(Ineligible::Translation),
+        Skip::Ineligible(Ineligible::Deadline),
+        Skip::Ineligible(Ineligible::Guardrail),
     ];
 }
 
@@ -149,14 +159,25 @@ pub fn standing(member: Member, respect_breakers: bool) -> Standing {
 /// The pick inside a priority group (SPEC §5.8): power of two choices. Two distinct candidates
 /// are drawn (`draw(n)` returns a uniform index below `n`); the higher score wins, the first
 /// drawn on a tie. Returns a position in `scores`; `None` when there is no candidate.
-pub fn pick(scores: &[f64], mut draw: impl FnMut(usize) -> usize) -> Option<usize> {
-    match scores.len() {
+pub fn pick(scores: &[f64], draw: impl FnMut(usize) -> usize) -> Option<usize> {
+    pick_by(scores.len(), |i| scores[i], draw)
+}
+
+/// [`pick`] over `n` candidates whose scores are read through `score_of(position)`, so a caller
+/// can pick among a subset (e.g. the members of a group not yet tried, [`crate::retry::next_member`])
+/// without collecting their scores first.
+pub fn pick_by(
+    n: usize,
+    score_of: impl Fn(usize) -> f64,
+    mut draw: impl FnMut(usize) -> usize,
+) -> Option<usize> {
+    match n {
         0 => None,
         1 => Some(0),
         n => {
             let a = draw(n);
             let b = (a + 1 + draw(n - 1)) % n;
-            Some(if scores[b] > scores[a] { b } else { a })
+            Some(if score_of(b) > score_of(a) { b } else { a })
         }
     }
 }
@@ -475,7 +496,9 @@ mod tests {
                 "INELIGIBLE:tools",
                 "INELIGIBLE:jsonSchema",
                 "INELIGIBLE:contextWindow",
-                "INELIGIBLE:translation"
+                "INELIGIBLE:translation",
+                "INELIGIBLE:deadline",
+                "INELIGIBLE:guardrail"
             ]
         );
     }
