@@ -16,7 +16,9 @@ use super::{
     RenderContext,
 };
 use crate::body::{self, MockBody, StreamEncoder};
-use crate::engine::{Ending, MockError, RequestFacts, Success, Usage, DEFAULT_STREAM_ERROR_TYPE};
+use crate::engine::{
+    Ending, MockError, RequestFacts, StreamError, Success, Usage, DEFAULT_STREAM_ERROR_TYPE,
+};
 
 const REQUEST_ID_HEADER: &str = "x-request-id";
 
@@ -318,11 +320,18 @@ impl StreamEncoder for EventEncoder {
         events.iter().map(Self::sse).collect()
     }
 
-    fn error(&mut self, error_type: Option<&str>) -> Vec<Bytes> {
-        let code = error_type.unwrap_or(DEFAULT_STREAM_ERROR_TYPE);
+    fn error(&mut self, error: &StreamError) -> Vec<Bytes> {
+        let code = error
+            .code
+            .as_deref()
+            .or(error.error_type.as_deref())
+            .unwrap_or(DEFAULT_STREAM_ERROR_TYPE);
         let event = Event::Error {
             code: code.to_owned(),
-            message: stream_error_message(code),
+            message: error
+                .message
+                .clone()
+                .unwrap_or_else(|| stream_error_message(code)),
             param: None,
             sequence_number: self.next(),
         };

@@ -14,7 +14,7 @@ use crate::body::{self, MockBody, StreamEncoder};
 use crate::dialect::{
     json_bytes, messages_chars, non_empty_array, raw_json, short_id, RenderContext,
 };
-use crate::engine::{Ending, MockError, RequestFacts, Success, ToolCall, Usage};
+use crate::engine::{Ending, MockError, RequestFacts, StreamError, Success, ToolCall, Usage};
 
 /// The model id comes from the path, streaming from the operation; the body gives the prompt
 /// length (`messages[].content[].text`, `system[].text`) and `toolConfig.tools`.
@@ -171,8 +171,8 @@ impl StreamEncoder for FrameEncoder {
         ]
     }
 
-    fn error(&mut self, error_type: Option<&str>) -> Vec<Bytes> {
-        vec![exception_frame(error_type, true)]
+    fn error(&mut self, error: &StreamError) -> Vec<Bytes> {
+        vec![exception_frame(error, true)]
     }
 }
 
