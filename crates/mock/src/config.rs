@@ -118,6 +118,11 @@ pub struct Behaviour {
     /// Content chunks sent before the `idleGapMilliseconds` silence. Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_after_chunks: Option<usize>,
+    /// A 200 answer stopped by the provider's content filter: OpenAI chat `finish_reason:
+    /// "content_filter"`, Responses `status: "incomplete"` (`reason: "content_filter"`),
+    /// Anthropic and Bedrock invoke `stop_reason: "refusal"`, Converse `guardrail_intervened`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub content_filtered: bool,
 }
 
 /// A scripted provider error (`error`). Each dialect puts the fields where its provider does:

@@ -102,6 +102,8 @@ pub struct Success {
     pub first_content_delay: Duration,
     /// Streams: after this many content chunks, a silence of this length (`idleGap...`).
     pub idle_gap: Option<(usize, Duration)>,
+    /// The provider's content filter stopped the answer (`contentFiltered`).
+    pub content_filtered: bool,
     pub usage: Usage,
     pub ending: Ending,
     /// A hostile stream: after this many content chunks, the hostile part replaces the rest.
@@ -226,14 +228,13 @@ fn outcome(b: &Behaviour, request: &RequestFacts, draw: Option<f64>, fail_first:
         reply,
         tool_call,
         chunk_interval: Duration::from_millis(b.chunk_interval_milliseconds.unwrap_or(0)),
-        first_content_delay: Duration::from_millis(
-            b.first_content_delay_milliseconds.unwrap_or(0),
-        ),
+        first_content_delay: Duration::from_millis(b.first_content_delay_milliseconds.unwrap_or(0)),
         idle_gap: b
             .idle_gap_milliseconds
             .map(|ms| (b.idle_after_chunks.unwrap_or(1), Duration::from_millis(ms))),
         usage,
         ending,
+        content_filtered: b.content_filtered,
         hostile: b.hostile.map(|h| {
             let default_bytes = if h == Hostile::Garbage {
                 1 << 20
@@ -385,7 +386,10 @@ mod tests {
             failure_rate: Some(0.3),
             ..Behaviour::default()
         };
-        assert_eq!(error(decide(&b, &facts(false), Some(0.29), false)).status, 503);
+        assert_eq!(
+            error(decide(&b, &facts(false), Some(0.29), false)).status,
+            503
+        );
         success(decide(&b, &facts(false), Some(0.3), false));
     }
 
@@ -422,7 +426,10 @@ mod tests {
             stream_chunks: Some(2),
             ..Behaviour::default()
         };
-        assert_eq!(success(decide(&b, &facts(true), None, false)).tool_call, None);
+        assert_eq!(
+            success(decide(&b, &facts(true), None, false)).tool_call,
+            None
+        );
         let with_tools = RequestFacts {
             has_tools: true,
             ..facts(true)
@@ -470,7 +477,10 @@ mod tests {
             failure_rate: Some(1.0),
             ..Behaviour::default()
         };
-        assert_eq!(error(decide(&b, &facts(false), Some(0.5), false)).status, 503);
+        assert_eq!(
+            error(decide(&b, &facts(false), Some(0.5), false)).status,
+            503
+        );
     }
 
     #[test]

@@ -67,7 +67,9 @@ impl D {
             D::BedrockInvoke => json!({"anthropic_version": "bedrock-2023-05-31",
                                        "max_tokens": 64,
                                        "messages": [{"role": "user", "content": "hi"}]}),
-            D::BedrockConverse => json!({"messages": [{"role": "user", "content": [{"text": "hi"}]}]}),
+            D::BedrockConverse => {
+                json!({"messages": [{"role": "user", "content": [{"text": "hi"}]}]})
+            }
         }
     }
 
@@ -291,7 +293,10 @@ async fn error_knob_scripts_the_providers_real_error_bodies() {
     let res = send(&mock, D::Chat, "rate", false).await;
     assert_eq!(res.status, 429);
     let error = &res.json()["error"];
-    assert_eq!((&error["type"], &error["code"]), (&json!("tokens"), &json!("rate_limit_exceeded")));
+    assert_eq!(
+        (&error["type"], &error["code"]),
+        (&json!("tokens"), &json!("rate_limit_exceeded"))
+    );
     assert!(error["message"].as_str().unwrap().contains("Rate limit"));
     let res = send(&mock, D::Chat, "filter", false).await;
     assert_eq!(res.json()["error"]["code"], "content_policy_violation");
@@ -540,4 +545,61 @@ async fn a_caller_that_goes_away_before_a_slow_answer_is_counted_and_errors_are_
     assert_eq!(stats["models"]["slow"]["cancelled"], 1);
     assert_eq!(stats["models"]["broken"]["cancelled"], 0);
     assert_eq!(stats["models"]["fine"]["cancelled"], 0);
+}
+
+#[tokio::test]
+async fn content_filtered_answers_carry_each_providers_filter_stop() {
+    let mock = server(json!({"models": {"*": {"reply": REPLY, "contentFiltered": true}}})).await;
+
+    let res = send(&mock, D::Chat, "m", false).await;
+    assert_eq!(res.status, 200);
+    assert_eq!(res.json()["choices"][0]["finish_reason"], "content_filter");
+    let payloads = sse_payloads(&send(&mock, D::Chat, "m", true).await.body());
+    let finish: Value = serde_json::from_str(&payloads[payloads.len() - 2]).unwrap();
+    assert_eq!(finish["choices"][0]["finish_reason"], "content_filter");
+    assert_eq!(payloads.last().unwrap(), "[DONE]");
+
+    let body = send(&mock, D::Responses, "m", false).await.json();
+    assert_eq!(body["status"], "incomplete");
+    assert_eq!(
+        body["incomplete_details"],
+        json!({"reason": "content_filter"})
+    );
+    let (name, event) = sse_named_events(&send(&mock, D::Responses, "m", true).await.body())
+        .pop()
+        .unwrap();
+    assert_eq!(name, "response.incomplete");
+    assert_eq!(event["type"], "response.incomplete");
+    assert_eq!(event["response"]["status"], "incomplete");
+
+    assert_eq!(
+        send(&mock, D::Anthropic, "m", false).await.json()["stop_reason"],
+        "refusal"
+    );
+    let events = sse_named_events(&send(&mock, D::Anthropic, "m", true).await.body());
+    let delta = events.iter().find(|(n, _)| n == "message_delta").unwrap();
+    assert_eq!(delta.1["delta"]["stop_reason"], "refusal");
+
+    assert_eq!(
+        send(&mock, D::BedrockConverse, "m", false).await.json()["stopReason"],
+        "guardrail_intervened"
+    );
+    let res = send(&mock, D::BedrockConverse, "m", true).await;
+    let (frames, _) = decode_event_stream(&res.body());
+    let stop = frames
+        .iter()
+        .find(|f| f.header(":event-type") == "messageStop")
+        .unwrap();
+    assert_eq!(stop.payload["stopReason"], "guardrail_intervened");
+    assert_eq!(
+        send(&mock, D::BedrockInvoke, "m", false).await.json()["stop_reason"],
+        "refusal"
+    );
+
+    // Without the knob: the usual stops.
+    mock.set_behaviour("m", sidetrack_mock::Behaviour::default());
+    assert_eq!(
+        send(&mock, D::Chat, "m", false).await.json()["choices"][0]["finish_reason"],
+        "stop"
+    );
 }

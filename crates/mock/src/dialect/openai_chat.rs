@@ -227,7 +227,9 @@ fn call_id(ctx: &RenderContext) -> String {
 }
 
 fn finish_reason(success: &Success) -> &'static str {
-    if success.tool_call.is_some() {
+    if success.content_filtered {
+        "content_filter"
+    } else if success.tool_call.is_some() {
         "tool_calls"
     } else {
         "stop"

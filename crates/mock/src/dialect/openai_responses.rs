@@ -57,7 +57,7 @@ pub fn render_success(ctx: &RenderContext, success: &Success) -> Response<MockBo
     let body = response_object(
         ctx,
         &ids,
-        "completed",
+        final_status(success),
         vec![ids.item(success, true)],
         Some(success.usage),
     );
@@ -152,6 +152,15 @@ impl Ids {
     }
 }
 
+/// `completed`, or `incomplete` when the content filter stopped the answer.
+fn final_status(success: &Success) -> &'static str {
+    if success.content_filtered {
+        "incomplete"
+    } else {
+        "completed"
+    }
+}
+
 fn response_object(
     ctx: &RenderContext,
     ids: &Ids,
@@ -166,7 +175,9 @@ fn response_object(
         status,
         background: false,
         error: None,
-        incomplete_details: None,
+        incomplete_details: (status == "incomplete").then_some(IncompleteDetails {
+            reason: "content_filter",
+        }),
         instructions: None,
         max_output_tokens: None,
         model: ctx.model.clone(),
@@ -309,13 +320,21 @@ impl StreamEncoder for EventEncoder {
         let completed = response_object(
             &self.ctx,
             &self.ids,
-            "completed",
+            final_status(&self.success),
             vec![item],
             Some(self.success.usage),
         );
-        events.push(Event::Completed {
-            sequence_number: self.next(),
-            response: completed,
+        let sequence_number = self.next();
+        events.push(if self.success.content_filtered {
+            Event::Incomplete {
+                sequence_number,
+                response: completed,
+            }
+        } else {
+            Event::Completed {
+                sequence_number,
+                response: completed,
+            }
         });
         events.iter().map(Self::sse).collect()
     }
@@ -419,6 +438,11 @@ enum Event {
         sequence_number: u64,
         response: ResponseObject,
     },
+    #[serde(rename = "response.incomplete")]
+    Incomplete {
+        sequence_number: u64,
+        response: ResponseObject,
+    },
     #[serde(rename = "error")]
     Error {
         code: String,
@@ -443,9 +467,15 @@ impl Event {
             Self::ContentPartDone { .. } => "response.content_part.done",
             Self::OutputItemDone { .. } => "response.output_item.done",
             Self::Completed { .. } => "response.completed",
+            Self::Incomplete { .. } => "response.incomplete",
             Self::Error { .. } => "error",
         }
     }
+}
+
+#[derive(Clone, Serialize)]
+struct IncompleteDetails {
+    reason: &'static str,
 }
 
 #[derive(Clone, Serialize)]
@@ -456,7 +486,7 @@ struct ResponseObject {
     status: &'static str,
     background: bool,
     error: Option<()>,
-    incomplete_details: Option<()>,
+    incomplete_details: Option<IncompleteDetails>,
     instructions: Option<()>,
     max_output_tokens: Option<()>,
     model: String,

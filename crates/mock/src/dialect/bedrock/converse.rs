@@ -90,7 +90,9 @@ fn tool_use_id(ctx: &RenderContext) -> String {
 }
 
 fn stop_reason(success: &Success) -> &'static str {
-    if success.tool_call.is_some() {
+    if success.content_filtered {
+        "guardrail_intervened"
+    } else if success.tool_call.is_some() {
         "tool_use"
     } else {
         "end_turn"
