@@ -10,10 +10,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
-use hyper::body::Frame;
+use hyper::body::{Body as _, Frame};
 
 use crate::config::Hostile;
-use crate::engine::{Ending, Success};
+use crate::engine::{Ending, StreamError, Success};
 
 /// Error a body yields to make hyper abort the connection (no terminating chunk).
 pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
@@ -100,6 +100,76 @@ pub fn hostile_steps(kind: Hostile, bytes: u64) -> Vec<Step> {
     }
 }
 
+/// Drop guard of one answer: counts the request as cancelled unless [`watched`] saw its body end
+/// (or the handler finished otherwise and called [`CancelGuard::disarm`]).
+pub(crate) struct CancelGuard {
+    on_cancel: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl CancelGuard {
+    pub(crate) fn new(on_cancel: impl FnOnce() + Send + 'static) -> Self {
+        Self {
+            on_cancel: Some(Box::new(on_cancel)),
+        }
+    }
+
+    pub(crate) fn disarm(&mut self) {
+        self.on_cancel = None;
+    }
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if let Some(f) = self.on_cancel.take() {
+            f();
+        }
+    }
+}
+
+/// `inner`, disarming `guard` once the body has ended (its last frame taken, or a deliberate
+/// abort). Dropped earlier — the client went away — the guard fires.
+pub(crate) fn watched(inner: MockBody, mut guard: CancelGuard) -> MockBody {
+    if inner.is_end_stream() {
+        guard.disarm();
+    }
+    Watched { inner, guard }.boxed_unsync()
+}
+
+struct Watched {
+    inner: MockBody,
+    guard: CancelGuard,
+}
+
+impl hyper::body::Body for Watched {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = &mut *self;
+        let polled = std::pin::Pin::new(&mut this.inner).poll_frame(cx);
+        let ended = match &polled {
+            std::task::Poll::Ready(None | Some(Err(_))) => true,
+            std::task::Poll::Ready(Some(Ok(_))) => this.inner.is_end_stream(),
+            std::task::Poll::Pending => false,
+        };
+        if ended {
+            this.guard.disarm();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// A whole body known up front.
 pub fn full(bytes: impl Into<Bytes>) -> MockBody {
     Full::new(bytes.into())
@@ -155,13 +225,14 @@ pub trait StreamEncoder {
     fn content(&mut self, text: &str) -> Vec<Bytes>;
     /// Events after the last content chunk, including the terminator (OpenAI chat: `[DONE]`).
     fn finish(&mut self) -> Vec<Bytes>;
-    /// The in-stream error event of `error_type` (`streamErrorType`; `None`: the dialect's usual
-    /// type), which ends the stream.
-    fn error(&mut self, error_type: Option<&str>) -> Vec<Bytes>;
+    /// The in-stream error event (`streamErrorType` / `error`; unset fields: the dialect's usual
+    /// values), which ends the stream.
+    fn error(&mut self, error: &StreamError) -> Vec<Bytes>;
 }
 
-/// The steps of a streamed success: preamble, content chunks separated by `chunk_interval`, then the
-/// finish events — or, per [`Ending`], an abort or an error event in place of chunk N+1.
+/// The steps of a streamed success: preamble, `first_content_delay`, content chunks separated by
+/// `chunk_interval` (plus the `idle_gap` silence after its chunk count), then the finish events —
+/// or, per [`Ending`], an abort or an error event in place of chunk N+1.
 pub fn stream_steps(encoder: &mut impl StreamEncoder, success: &Success) -> Vec<Step> {
     let frames = |events: Vec<Bytes>| events.into_iter().map(Step::Frame);
     let cut_after = match (success.hostile, &success.ending) {
@@ -172,6 +243,16 @@ pub fn stream_steps(encoder: &mut impl StreamEncoder, success: &Success) -> Vec<
     let pause = (!success.chunk_interval.is_zero()).then_some(Step::Pause(success.chunk_interval));
 
     let mut steps: Vec<Step> = frames(encoder.preamble()).collect();
+    if !success.first_content_delay.is_zero() {
+        steps.push(Step::Pause(success.first_content_delay));
+    }
+    let idle = |sent: usize| {
+        success
+            .idle_gap
+            .filter(|(after, gap)| *after == sent && !gap.is_zero())
+            .map(|(_, gap)| Step::Pause(gap))
+    };
+    steps.extend(idle(0));
     for (i, chunk) in success.chunks.iter().enumerate() {
         if cut_after == Some(i) {
             break;
@@ -180,6 +261,7 @@ pub fn stream_steps(encoder: &mut impl StreamEncoder, success: &Success) -> Vec<
             steps.extend(pause.clone());
         }
         steps.extend(frames(encoder.content(chunk)));
+        steps.extend(idle(i + 1));
     }
     let sent = cut_after.map_or(success.chunks.len(), |n| n.min(success.chunks.len()));
     if sent > 0 && cut_after.is_some() {
@@ -196,9 +278,7 @@ pub fn stream_steps(encoder: &mut impl StreamEncoder, success: &Success) -> Vec<
     match &success.ending {
         Ending::Complete => steps.extend(frames(encoder.finish())),
         Ending::DropAfter(_) => steps.push(Step::Abort),
-        Ending::ErrorAfter { error_type, .. } => {
-            steps.extend(frames(encoder.error(error_type.as_deref())));
-        }
+        Ending::ErrorAfter { error, .. } => steps.extend(frames(encoder.error(error))),
     }
     steps
 }

@@ -98,6 +98,50 @@ pub struct Behaviour {
     /// A `content-encoding` header value added to every answer of this model, whatever the body is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_encoding: Option<String>,
+    /// The first K requests for this model (counted since the behaviour was set, or since
+    /// `POST /_mock/reset`) fail with `status` (default 503, also when `status` is 2xx) and
+    /// `error`; later requests get the rest of the behaviour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_first: Option<u64>,
+    /// The provider error a failing answer carries: whole error bodies (status >= 400,
+    /// `failFirst`, `failureRate`) and the in-stream error event (`streamErrorAfterChunks`;
+    /// `streamErrorType`, when set, wins for the event's type).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorConfig>,
+    /// Streams: the head and the preamble (role chunk / `message_start` / `messageStart`) go out
+    /// at once, then this wait before the first content event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_content_delay_milliseconds: Option<u64>,
+    /// Streams: a silence of this length after `idleAfterChunks` content chunks, then the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_gap_milliseconds: Option<u64>,
+    /// Content chunks sent before the `idleGapMilliseconds` silence. Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_after_chunks: Option<usize>,
+    /// A 200 answer stopped by the provider's content filter: OpenAI chat `finish_reason:
+    /// "content_filter"`, Responses `status: "incomplete"` (`reason: "content_filter"`),
+    /// Anthropic and Bedrock invoke `stop_reason: "refusal"`, Converse `guardrail_intervened`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub content_filtered: bool,
+}
+
+/// A scripted provider error (`error`). Each dialect puts the fields where its provider does:
+/// OpenAI `{"error": {"message", "type", "param", "code"}}`; Anthropic `{"type": "error",
+/// "error": {"type", "message"}}` (`code` and `param` unused); Bedrock `x-amzn-ErrorType: <type>`
+/// and `{"message"}` (`type` must name a Bedrock exception, else the status picks one).
+/// Unset fields take the dialect's default for the status.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ErrorConfig {
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub error_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// OpenAI's `param` (e.g. `messages`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub param: Option<String>,
 }
 
 /// What a hostile provider does (`hostile`). "Endless" bodies stop when the client goes away, and
@@ -167,6 +211,13 @@ impl Behaviour {
         if let Some(rate) = self.failure_rate {
             if !(0.0..=1.0).contains(&rate) {
                 return Err(format!("failureRate: must be between 0 and 1, got {rate}"));
+            }
+        }
+        if let Some(status) = self.status.filter(|_| self.fail_first.is_some()) {
+            if status < 400 && !(200..300).contains(&status) {
+                return Err(format!(
+                    "status: with failFirst it must be an error status (>= 400), got {status}"
+                ));
             }
         }
         if self.stream_chunks == Some(0) {

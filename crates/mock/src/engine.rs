@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::config::{Behaviour, Hostile, ToolCallConfig, UsageConfig};
+use crate::config::{Behaviour, ErrorConfig, Hostile, ToolCallConfig, UsageConfig};
 
 /// Content chunks of a streamed reply when `streamChunks` is not set.
 pub const DEFAULT_STREAM_CHUNKS: usize = 4;
@@ -52,15 +52,34 @@ pub struct MockError {
     pub error_type: Option<String>,
     /// Explicit message; `None` lets the dialect pick the one that matches the type/status.
     pub message: Option<String>,
+    /// Explicit OpenAI `code`; `None`: the status's usual code, or null when `error_type` is set.
+    pub code: Option<String>,
+    /// OpenAI `param`.
+    pub param: Option<String>,
     pub retry_after_seconds: Option<u64>,
 }
 
 impl MockError {
+    /// A scripted error of `status` carrying the behaviour's `error` fields.
+    fn scripted(status: u16, b: &Behaviour) -> Self {
+        let e = b.error.clone().unwrap_or_default();
+        Self {
+            error_type: e.error_type,
+            message: e.message,
+            code: e.code,
+            param: e.param,
+            retry_after_seconds: b.retry_after_seconds,
+            ..Self::new(status)
+        }
+    }
+
     pub fn new(status: u16) -> Self {
         Self {
             status,
             error_type: None,
             message: None,
+            code: None,
+            param: None,
             retry_after_seconds: None,
         }
     }
@@ -79,6 +98,12 @@ pub struct Success {
     pub chunks: Vec<String>,
     /// Gap before every content chunk but the first (and before a failure taking a chunk's place).
     pub chunk_interval: Duration,
+    /// Streams: gap between the preamble and the first content event (`firstContentDelay...`).
+    pub first_content_delay: Duration,
+    /// Streams: after this many content chunks, a silence of this length (`idleGap...`).
+    pub idle_gap: Option<(usize, Duration)>,
+    /// The provider's content filter stopped the answer (`contentFiltered`).
+    pub content_filtered: bool,
     pub usage: Usage,
     pub ending: Ending,
     /// A hostile stream: after this many content chunks, the hostile part replaces the rest.
@@ -115,43 +140,57 @@ pub enum Ending {
     DropAfter(usize),
     /// The dialect's in-stream error event after this many content chunks; no terminator.
     /// Only for streams: a non-streaming request gets an error status instead.
-    /// `error_type` is `streamErrorType`; `None` lets the dialect pick its usual type.
-    ErrorAfter {
-        chunks: usize,
-        error_type: Option<String>,
-    },
+    /// `error` is the behaviour's `error` with `streamErrorType` as its type when set.
+    ErrorAfter { chunks: usize, error: StreamError },
+}
+
+/// The fields of an in-stream error event; `None` lets the dialect pick its usual value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamError {
+    pub error_type: Option<String>,
+    pub code: Option<String>,
+    pub message: Option<String>,
 }
 
 /// Decides the answer. `draw` is the model's next PRNG value in `[0, 1)`, present when the behaviour
-/// has a `failureRate`.
-pub fn decide(behaviour: &Behaviour, request: &RequestFacts, draw: Option<f64>) -> Decision {
+/// has a `failureRate`. `fail_first` says the request is one of the model's first `failFirst`.
+pub fn decide(
+    behaviour: &Behaviour,
+    request: &RequestFacts,
+    draw: Option<f64>,
+    fail_first: bool,
+) -> Decision {
     let first_byte_delay =
         Duration::from_millis(behaviour.first_byte_delay_milliseconds.unwrap_or(0));
     Decision {
         first_byte_delay,
-        outcome: outcome(behaviour, request, draw),
+        outcome: outcome(behaviour, request, draw, fail_first),
     }
 }
 
-fn outcome(b: &Behaviour, request: &RequestFacts, draw: Option<f64>) -> Outcome {
+fn outcome(b: &Behaviour, request: &RequestFacts, draw: Option<f64>, fail_first: bool) -> Outcome {
+    let failing_status = || {
+        b.status
+            .filter(|s| !(200..300).contains(s))
+            .unwrap_or(DEFAULT_FAILURE_STATUS)
+    };
     // A failureRate turns `status` into the status of failing draws; passing draws are healthy.
+    // So does failFirst for the requests after the first K.
     let error_status = match (b.failure_rate, draw) {
+        _ if fail_first => Some(failing_status()),
         (Some(rate), Some(x)) => (x < rate).then(|| b.status.unwrap_or(DEFAULT_FAILURE_STATUS)),
+        _ if b.fail_first.is_some() => None,
         _ => b.status.filter(|s| !(200..300).contains(s)),
     };
     if let Some(status) = error_status {
-        return Outcome::Error(MockError {
-            retry_after_seconds: b.retry_after_seconds,
-            ..MockError::new(status)
-        });
+        return Outcome::Error(MockError::scripted(status, b));
     }
 
     let ending = ending(b);
-    if let (Ending::ErrorAfter { error_type, .. }, false) = (&ending, request.stream) {
+    if let (Ending::ErrorAfter { error, .. }, false) = (&ending, request.stream) {
         return Outcome::Error(MockError {
-            error_type: error_type.clone(),
-            retry_after_seconds: b.retry_after_seconds,
-            ..MockError::new(status_of_error_type(error_type.as_deref()))
+            error_type: error.error_type.clone(),
+            ..MockError::scripted(status_of_error_type(error.error_type.as_deref()), b)
         });
     }
 
@@ -189,8 +228,13 @@ fn outcome(b: &Behaviour, request: &RequestFacts, draw: Option<f64>) -> Outcome 
         reply,
         tool_call,
         chunk_interval: Duration::from_millis(b.chunk_interval_milliseconds.unwrap_or(0)),
+        first_content_delay: Duration::from_millis(b.first_content_delay_milliseconds.unwrap_or(0)),
+        idle_gap: b
+            .idle_gap_milliseconds
+            .map(|ms| (b.idle_after_chunks.unwrap_or(1), Duration::from_millis(ms))),
         usage,
         ending,
+        content_filtered: b.content_filtered,
         hostile: b.hostile.map(|h| {
             let default_bytes = if h == Hostile::Garbage {
                 1 << 20
@@ -211,10 +255,17 @@ fn ending(b: &Behaviour) -> Ending {
     match (b.drop_after_chunks, b.stream_error_after_chunks) {
         (Some(drop), Some(err)) if drop <= err => Ending::DropAfter(drop),
         (Some(drop), None) => Ending::DropAfter(drop),
-        (_, Some(chunks)) => Ending::ErrorAfter {
-            chunks,
-            error_type: b.stream_error_type.clone(),
-        },
+        (_, Some(chunks)) => {
+            let e: ErrorConfig = b.error.clone().unwrap_or_default();
+            Ending::ErrorAfter {
+                chunks,
+                error: StreamError {
+                    error_type: b.stream_error_type.clone().or(e.error_type),
+                    code: e.code,
+                    message: e.message,
+                },
+            }
+        }
         (None, None) => Ending::Complete,
     }
 }
@@ -293,7 +344,7 @@ mod tests {
 
     #[test]
     fn empty_behaviour_is_healthy() {
-        let s = success(decide(&Behaviour::default(), &facts(false), None));
+        let s = success(decide(&Behaviour::default(), &facts(false), None, false));
         assert_eq!(s.status, 200);
         assert_eq!(s.reply, "hello from m");
         assert_eq!(s.chunks.len(), 4);
@@ -323,7 +374,7 @@ mod tests {
             retry_after_seconds: Some(2),
             ..Behaviour::default()
         };
-        let e = error(decide(&b, &facts(true), None));
+        let e = error(decide(&b, &facts(true), None, false));
         assert_eq!(e.status, 429);
         assert_eq!(e.retry_after_seconds, Some(2));
         assert_eq!(e.error_type, None);
@@ -335,8 +386,11 @@ mod tests {
             failure_rate: Some(0.3),
             ..Behaviour::default()
         };
-        assert_eq!(error(decide(&b, &facts(false), Some(0.29))).status, 503);
-        success(decide(&b, &facts(false), Some(0.3)));
+        assert_eq!(
+            error(decide(&b, &facts(false), Some(0.29), false)).status,
+            503
+        );
+        success(decide(&b, &facts(false), Some(0.3), false));
     }
 
     #[test]
@@ -346,15 +400,18 @@ mod tests {
             stream_error_type: Some("overloaded_error".to_owned()),
             ..Behaviour::default()
         };
-        let e = error(decide(&b, &facts(false), None));
+        let e = error(decide(&b, &facts(false), None, false));
         assert_eq!(e.status, 529);
         assert_eq!(e.error_type.as_deref(), Some("overloaded_error"));
-        let s = success(decide(&b, &facts(true), None));
+        let s = success(decide(&b, &facts(true), None, false));
         assert_eq!(
             s.ending,
             Ending::ErrorAfter {
                 chunks: 0,
-                error_type: Some("overloaded_error".to_owned())
+                error: StreamError {
+                    error_type: Some("overloaded_error".to_owned()),
+                    ..StreamError::default()
+                }
             }
         );
     }
@@ -369,12 +426,15 @@ mod tests {
             stream_chunks: Some(2),
             ..Behaviour::default()
         };
-        assert_eq!(success(decide(&b, &facts(true), None)).tool_call, None);
+        assert_eq!(
+            success(decide(&b, &facts(true), None, false)).tool_call,
+            None
+        );
         let with_tools = RequestFacts {
             has_tools: true,
             ..facts(true)
         };
-        let s = success(decide(&b, &with_tools, None));
+        let s = success(decide(&b, &with_tools, None, false));
         assert_eq!(s.tool_call.unwrap().name, "get_weather");
         assert_eq!(s.chunks, vec![r#"{"city":"#, r#""Paris"}"#]);
         assert_eq!(s.usage.completion_tokens, 4);
@@ -390,6 +450,61 @@ mod tests {
     }
 
     #[test]
+    fn fail_first_fails_with_the_error_status_then_defers_to_the_rest() {
+        let b = Behaviour {
+            fail_first: Some(2),
+            status: Some(429),
+            error: Some(ErrorConfig {
+                code: Some("rate_limit_exceeded".to_owned()),
+                ..ErrorConfig::default()
+            }),
+            ..Behaviour::default()
+        };
+        let e = error(decide(&b, &facts(true), None, true));
+        assert_eq!(e.status, 429);
+        assert_eq!(e.code.as_deref(), Some("rate_limit_exceeded"));
+        // Past the first K the status no longer fails the request.
+        assert_eq!(success(decide(&b, &facts(true), None, false)).status, 200);
+        // A 2xx or unset status fails with 503.
+        let b = Behaviour {
+            fail_first: Some(1),
+            ..Behaviour::default()
+        };
+        assert_eq!(error(decide(&b, &facts(false), None, true)).status, 503);
+        // failureRate still applies after the first K.
+        let b = Behaviour {
+            fail_first: Some(1),
+            failure_rate: Some(1.0),
+            ..Behaviour::default()
+        };
+        assert_eq!(
+            error(decide(&b, &facts(false), Some(0.5), false)).status,
+            503
+        );
+    }
+
+    #[test]
+    fn stream_error_type_wins_over_the_error_type() {
+        let b = Behaviour {
+            stream_error_after_chunks: Some(1),
+            stream_error_type: Some("overloaded_error".to_owned()),
+            error: Some(ErrorConfig {
+                error_type: Some("api_error".to_owned()),
+                message: Some("busy".to_owned()),
+                ..ErrorConfig::default()
+            }),
+            ..Behaviour::default()
+        };
+        match success(decide(&b, &facts(true), None, false)).ending {
+            Ending::ErrorAfter { error, .. } => {
+                assert_eq!(error.error_type.as_deref(), Some("overloaded_error"));
+                assert_eq!(error.message.as_deref(), Some("busy"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn drop_wins_when_it_comes_first() {
         let b = Behaviour {
             drop_after_chunks: Some(1),
@@ -397,7 +512,7 @@ mod tests {
             ..Behaviour::default()
         };
         assert_eq!(
-            success(decide(&b, &facts(true), None)).ending,
+            success(decide(&b, &facts(true), None, false)).ending,
             Ending::DropAfter(1)
         );
     }

@@ -77,7 +77,19 @@ pub(crate) async fn handle(
         "body": json,
     });
     let admission = shared.admit(&facts.model, &route.endpoint, record);
-    let decision = engine::decide(&admission.behaviour, &facts, admission.draw);
+    // Counts the request as cancelled if this future or the answer's body is dropped before the
+    // body ended: the caller went away.
+    let guard = {
+        let shared = shared.clone();
+        let model = facts.model.clone();
+        body::CancelGuard::new(move || shared.count_cancelled(&model))
+    };
+    let decision = engine::decide(
+        &admission.behaviour,
+        &facts,
+        admission.draw,
+        admission.fail_first,
+    );
     if !decision.first_byte_delay.is_zero() {
         tokio::time::sleep(decision.first_byte_delay).await;
     }
@@ -108,7 +120,7 @@ pub(crate) async fn handle(
     {
         res.headers_mut().insert(http::header::CONTENT_ENCODING, v);
     }
-    Ok(res)
+    Ok(res.map(|b| body::watched(b, guard)))
 }
 
 /// `GET stats`, `POST models/{name}`, `POST reset`.

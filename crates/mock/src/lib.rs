@@ -25,7 +25,9 @@ pub mod prng;
 mod server;
 mod state;
 
-pub use config::{Behaviour, Hostile, ListenerConfig, MockConfig, ToolCallConfig, UsageConfig};
+pub use config::{
+    Behaviour, ErrorConfig, Hostile, ListenerConfig, MockConfig, ToolCallConfig, UsageConfig,
+};
 pub use server::MockServer;
 
 /// Runs the mock provider until Ctrl-C (`sidetrack mock`).

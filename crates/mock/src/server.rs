@@ -107,6 +107,11 @@ impl MockServer {
         self.shared.hits(model)
     }
 
+    /// Requests for `model` whose caller went away before the answer ended (the `cancelled` stat).
+    pub fn cancelled(&self, model: &str) -> u64 {
+        self.shared.cancelled(model)
+    }
+
     pub fn total_hits(&self) -> u64 {
         self.shared.total_hits()
     }
@@ -121,7 +126,8 @@ impl MockServer {
         self.shared.last_request(model)
     }
 
-    /// Replaces `model`'s behaviour (`"*"`: every unlisted model) and restarts its failure PRNG.
+    /// Replaces `model`'s behaviour (`"*"`: every unlisted model) and restarts its failure PRNG
+    /// and its `failFirst` count.
     pub fn set_behaviour(&self, model: &str, behaviour: Behaviour) {
         self.shared.set_behaviour(model, behaviour);
     }

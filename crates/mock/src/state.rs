@@ -30,11 +30,15 @@ struct State {
     prngs: HashMap<String, SplitMix64>,
     total: u64,
     models: BTreeMap<String, ModelStats>,
+    /// Per requested model name: requests failed by `failFirst` since the behaviour was set.
+    failed_first: HashMap<String, u64>,
 }
 
 #[derive(Default)]
 struct ModelStats {
     hits: u64,
+    /// Requests whose caller went away before the answer ended.
+    cancelled: u64,
     endpoints: BTreeMap<String, u64>,
     last_request: Option<Value>,
 }
@@ -44,6 +48,8 @@ pub(crate) struct Admission {
     pub behaviour: Behaviour,
     /// The model's next PRNG value, when its behaviour has a `failureRate`.
     pub draw: Option<f64>,
+    /// The request is one of the model's first `failFirst` and fails.
+    pub fail_first: bool,
 }
 
 impl Shared {
@@ -90,7 +96,17 @@ impl Shared {
                 .or_insert_with(|| SplitMix64::new(seed))
                 .next_f64()
         });
-        Admission { behaviour, draw }
+        let fail_first = behaviour.fail_first.is_some_and(|k| {
+            let failed = state.failed_first.entry(model.to_owned()).or_default();
+            let fail = *failed < k;
+            *failed += u64::from(fail);
+            fail
+        });
+        Admission {
+            behaviour,
+            draw,
+            fail_first,
+        }
     }
 
     pub fn set_behaviour(&self, model: &str, behaviour: Behaviour) {
@@ -99,8 +115,10 @@ impl Shared {
         // A new behaviour restarts its failure sequence; `*` may stand for any model.
         if model == WILDCARD_MODEL {
             state.prngs.clear();
+            state.failed_first.clear();
         } else {
             state.prngs.remove(model);
+            state.failed_first.remove(model);
         }
     }
 
@@ -133,6 +151,19 @@ impl Shared {
         self.lock().models.get(model).map_or(0, |m| m.hits)
     }
 
+    /// Counts a request for `model` whose caller went away before the answer ended.
+    pub fn count_cancelled(&self, model: &str) {
+        self.lock()
+            .models
+            .entry(model.to_owned())
+            .or_default()
+            .cancelled += 1;
+    }
+
+    pub fn cancelled(&self, model: &str) -> u64 {
+        self.lock().models.get(model).map_or(0, |m| m.cancelled)
+    }
+
     pub fn total_hits(&self) -> u64 {
         self.lock().total
     }
@@ -144,7 +175,7 @@ impl Shared {
             .and_then(|m| m.last_request.clone())
     }
 
-    /// `{"total": N, "models": {"<model>": {"hits", "endpoints", "lastRequest"}}}`.
+    /// `{"total": N, "models": {"<model>": {"hits", "cancelled", "endpoints", "lastRequest"}}}`.
     pub fn stats(&self) -> Value {
         let state = self.lock();
         let models: Map<String, Value> = state
@@ -153,6 +184,7 @@ impl Shared {
             .map(|(name, m)| {
                 let stats = json!({
                     "hits": m.hits,
+                    "cancelled": m.cancelled,
                     "endpoints": m.endpoints,
                     "lastRequest": m.last_request,
                 });

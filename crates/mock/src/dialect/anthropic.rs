@@ -15,7 +15,7 @@ use super::{
     short_id, sse_event, with_retry_after, RenderContext,
 };
 use crate::body::{self, MockBody, StreamEncoder};
-use crate::engine::{Ending, MockError, RequestFacts, Success, Usage};
+use crate::engine::{Ending, MockError, RequestFacts, StreamError, Success, Usage};
 
 const REQUEST_ID_HEADER: &str = "request-id";
 /// The in-stream error type when `streamErrorType` is not set.
@@ -163,7 +163,9 @@ fn tool_use_id(ctx: &RenderContext) -> String {
 }
 
 fn stop_reason(success: &Success) -> &'static str {
-    if success.tool_call.is_some() {
+    if success.content_filtered {
+        "refusal"
+    } else if success.tool_call.is_some() {
         "tool_use"
     } else {
         "end_turn"
@@ -287,12 +289,18 @@ impl Events {
     }
 
     /// The in-stream `error` event.
-    pub(crate) fn error(error_type: Option<&str>, model: &str) -> StreamEvent {
-        let error_type = error_type.unwrap_or(DEFAULT_STREAM_ERROR_TYPE);
+    pub(crate) fn error(error: &StreamError, model: &str) -> StreamEvent {
+        let error_type = error
+            .error_type
+            .as_deref()
+            .unwrap_or(DEFAULT_STREAM_ERROR_TYPE);
         StreamEvent::Error {
             error: ErrorBody {
                 r#type: error_type.to_owned(),
-                message: error_message(error_type, model),
+                message: error
+                    .message
+                    .clone()
+                    .unwrap_or_else(|| error_message(error_type, model)),
             },
         }
     }
@@ -317,8 +325,8 @@ impl StreamEncoder for SseEncoder {
         self.0.finish(None).iter().map(sse).collect()
     }
 
-    fn error(&mut self, error_type: Option<&str>) -> Vec<Bytes> {
-        vec![sse(&Events::error(error_type, &self.0.start.model))]
+    fn error(&mut self, error: &StreamError) -> Vec<Bytes> {
+        vec![sse(&Events::error(error, &self.0.start.model))]
     }
 }
 

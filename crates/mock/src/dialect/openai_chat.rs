@@ -14,7 +14,8 @@ use super::{
 };
 use crate::body::{self, MockBody, StreamEncoder};
 use crate::engine::{
-    Ending, MockError, RequestFacts, Success, ToolCall, Usage, DEFAULT_STREAM_ERROR_TYPE,
+    Ending, MockError, RequestFacts, StreamError, Success, ToolCall, Usage,
+    DEFAULT_STREAM_ERROR_TYPE,
 };
 
 const REQUEST_ID_HEADER: &str = "x-request-id";
@@ -145,11 +146,11 @@ pub fn render_error(ctx: &RenderContext, error: &MockError) -> Response<MockBody
         error: ErrorBody {
             message: error.message.as_deref().unwrap_or(&default_message),
             r#type: error.error_type.as_deref().unwrap_or(default_type),
-            param: None,
-            code: if error.error_type.is_some() {
-                None
-            } else {
-                code
+            param: error.param.as_deref(),
+            code: match (&error.code, &error.error_type) {
+                (Some(c), _) => Some(c),
+                (None, Some(_)) => None,
+                (None, None) => code,
             },
         },
     };
@@ -226,7 +227,9 @@ fn call_id(ctx: &RenderContext) -> String {
 }
 
 fn finish_reason(success: &Success) -> &'static str {
-    if success.tool_call.is_some() {
+    if success.content_filtered {
+        "content_filter"
+    } else if success.tool_call.is_some() {
         "tool_calls"
     } else {
         "stop"
@@ -334,14 +337,24 @@ impl StreamEncoder for ChunkEncoder {
         events
     }
 
-    fn error(&mut self, error_type: Option<&str>) -> Vec<Bytes> {
-        let error_type = error_type.unwrap_or(DEFAULT_STREAM_ERROR_TYPE);
+    fn error(&mut self, error: &StreamError) -> Vec<Bytes> {
+        let error_type = error
+            .error_type
+            .as_deref()
+            .unwrap_or(DEFAULT_STREAM_ERROR_TYPE);
+        let default_message;
         let body = ErrorEnvelope {
             error: ErrorBody {
-                message: &stream_error_message(error_type),
+                message: match &error.message {
+                    Some(m) => m,
+                    None => {
+                        default_message = stream_error_message(error_type);
+                        &default_message
+                    }
+                },
                 r#type: error_type,
                 param: None,
-                code: None,
+                code: error.code.as_deref(),
             },
         };
         vec![sse_data(&json_bytes(&body))]

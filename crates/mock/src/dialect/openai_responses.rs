@@ -16,7 +16,9 @@ use super::{
     RenderContext,
 };
 use crate::body::{self, MockBody, StreamEncoder};
-use crate::engine::{Ending, MockError, RequestFacts, Success, Usage, DEFAULT_STREAM_ERROR_TYPE};
+use crate::engine::{
+    Ending, MockError, RequestFacts, StreamError, Success, Usage, DEFAULT_STREAM_ERROR_TYPE,
+};
 
 const REQUEST_ID_HEADER: &str = "x-request-id";
 
@@ -55,7 +57,7 @@ pub fn render_success(ctx: &RenderContext, success: &Success) -> Response<MockBo
     let body = response_object(
         ctx,
         &ids,
-        "completed",
+        final_status(success),
         vec![ids.item(success, true)],
         Some(success.usage),
     );
@@ -150,6 +152,15 @@ impl Ids {
     }
 }
 
+/// `completed`, or `incomplete` when the content filter stopped the answer.
+fn final_status(success: &Success) -> &'static str {
+    if success.content_filtered {
+        "incomplete"
+    } else {
+        "completed"
+    }
+}
+
 fn response_object(
     ctx: &RenderContext,
     ids: &Ids,
@@ -164,7 +175,9 @@ fn response_object(
         status,
         background: false,
         error: None,
-        incomplete_details: None,
+        incomplete_details: (status == "incomplete").then_some(IncompleteDetails {
+            reason: "content_filter",
+        }),
         instructions: None,
         max_output_tokens: None,
         model: ctx.model.clone(),
@@ -307,22 +320,37 @@ impl StreamEncoder for EventEncoder {
         let completed = response_object(
             &self.ctx,
             &self.ids,
-            "completed",
+            final_status(&self.success),
             vec![item],
             Some(self.success.usage),
         );
-        events.push(Event::Completed {
-            sequence_number: self.next(),
-            response: completed,
+        let sequence_number = self.next();
+        events.push(if self.success.content_filtered {
+            Event::Incomplete {
+                sequence_number,
+                response: completed,
+            }
+        } else {
+            Event::Completed {
+                sequence_number,
+                response: completed,
+            }
         });
         events.iter().map(Self::sse).collect()
     }
 
-    fn error(&mut self, error_type: Option<&str>) -> Vec<Bytes> {
-        let code = error_type.unwrap_or(DEFAULT_STREAM_ERROR_TYPE);
+    fn error(&mut self, error: &StreamError) -> Vec<Bytes> {
+        let code = error
+            .code
+            .as_deref()
+            .or(error.error_type.as_deref())
+            .unwrap_or(DEFAULT_STREAM_ERROR_TYPE);
         let event = Event::Error {
             code: code.to_owned(),
-            message: stream_error_message(code),
+            message: error
+                .message
+                .clone()
+                .unwrap_or_else(|| stream_error_message(code)),
             param: None,
             sequence_number: self.next(),
         };
@@ -410,6 +438,11 @@ enum Event {
         sequence_number: u64,
         response: ResponseObject,
     },
+    #[serde(rename = "response.incomplete")]
+    Incomplete {
+        sequence_number: u64,
+        response: ResponseObject,
+    },
     #[serde(rename = "error")]
     Error {
         code: String,
@@ -434,9 +467,15 @@ impl Event {
             Self::ContentPartDone { .. } => "response.content_part.done",
             Self::OutputItemDone { .. } => "response.output_item.done",
             Self::Completed { .. } => "response.completed",
+            Self::Incomplete { .. } => "response.incomplete",
             Self::Error { .. } => "error",
         }
     }
+}
+
+#[derive(Clone, Serialize)]
+struct IncompleteDetails {
+    reason: &'static str,
 }
 
 #[derive(Clone, Serialize)]
@@ -447,7 +486,7 @@ struct ResponseObject {
     status: &'static str,
     background: bool,
     error: Option<()>,
-    incomplete_details: Option<()>,
+    incomplete_details: Option<IncompleteDetails>,
     instructions: Option<()>,
     max_output_tokens: Option<()>,
     model: String,

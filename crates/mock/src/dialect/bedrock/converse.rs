@@ -14,7 +14,7 @@ use crate::body::{self, MockBody, StreamEncoder};
 use crate::dialect::{
     json_bytes, messages_chars, non_empty_array, raw_json, short_id, RenderContext,
 };
-use crate::engine::{Ending, MockError, RequestFacts, Success, ToolCall, Usage};
+use crate::engine::{Ending, MockError, RequestFacts, StreamError, Success, ToolCall, Usage};
 
 /// The model id comes from the path, streaming from the operation; the body gives the prompt
 /// length (`messages[].content[].text`, `system[].text`) and `toolConfig.tools`.
@@ -90,7 +90,9 @@ fn tool_use_id(ctx: &RenderContext) -> String {
 }
 
 fn stop_reason(success: &Success) -> &'static str {
-    if success.tool_call.is_some() {
+    if success.content_filtered {
+        "guardrail_intervened"
+    } else if success.tool_call.is_some() {
         "tool_use"
     } else {
         "end_turn"
@@ -171,8 +173,8 @@ impl StreamEncoder for FrameEncoder {
         ]
     }
 
-    fn error(&mut self, error_type: Option<&str>) -> Vec<Bytes> {
-        vec![exception_frame(error_type, true)]
+    fn error(&mut self, error: &StreamError) -> Vec<Bytes> {
+        vec![exception_frame(error, true)]
     }
 }
 

@@ -17,7 +17,7 @@ use super::{
 use crate::body::{self, MockBody, StreamEncoder};
 use crate::dialect::anthropic::{self, Events, InvocationMetrics, StreamEvent};
 use crate::dialect::{json_bytes, non_empty_array, RenderContext};
-use crate::engine::{Ending, MockError, RequestFacts, Success};
+use crate::engine::{Ending, MockError, RequestFacts, StreamError, Success};
 
 /// The model id comes from the path, streaming from the operation; the body gives the prompt
 /// length and `tools`. Any JSON body is accepted (no `anthropic_version` check).
@@ -125,8 +125,8 @@ impl StreamEncoder for ChunkEncoder {
             .collect()
     }
 
-    fn error(&mut self, error_type: Option<&str>) -> Vec<Bytes> {
-        vec![exception_frame(error_type, false)]
+    fn error(&mut self, error: &StreamError) -> Vec<Bytes> {
+        vec![exception_frame(error, false)]
     }
 }
 

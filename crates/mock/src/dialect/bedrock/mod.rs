@@ -8,6 +8,8 @@
 pub mod converse;
 pub mod invoke;
 
+use std::time::Duration;
+
 use aws_smithy_eventstream::frame::write_message_to;
 use aws_smithy_types::event_stream::{Header, HeaderValue as FrameHeaderValue, Message};
 use bytes::Bytes;
@@ -18,7 +20,7 @@ use super::{
     json_bytes, percent_decode, response, with_retry_after, Dialect, RenderContext, Route,
 };
 use crate::body::{self, MockBody};
-use crate::engine::{lower_camel, MockError, Success};
+use crate::engine::{lower_camel, MockError, StreamError, Success};
 
 const REQUEST_ID_HEADER: &str = "x-amzn-requestid";
 const ERROR_TYPE_HEADER: &str = "x-amzn-errortype";
@@ -230,8 +232,9 @@ pub(crate) fn event_frame(event_type: &'static str, payload: &impl Serialize) ->
 }
 
 /// An `exception` message with the lowerCamel `:exception-type` and `{"message": ...}`.
-pub(crate) fn exception_frame(error_type: Option<&str>, converse: bool) -> Bytes {
-    let (exception_type, message) = stream_exception(error_type, converse);
+pub(crate) fn exception_frame(error: &StreamError, converse: bool) -> Bytes {
+    let (exception_type, default_message) = stream_exception(error.error_type.as_deref(), converse);
+    let message = error.message.as_deref().unwrap_or(default_message);
     frame(
         [
             (":exception-type", exception_type),
@@ -248,7 +251,9 @@ pub(crate) fn exception_frame(error_type: Option<&str>, converse: bool) -> Bytes
 pub(crate) fn latency_ms(ctx: &RenderContext, success: &Success, stream: bool) -> u64 {
     let gaps = if stream {
         let n = u32::try_from(success.chunks.len().saturating_sub(1)).unwrap_or(u32::MAX);
-        u64::try_from((success.chunk_interval * n).as_millis()).unwrap_or(u64::MAX)
+        let idle = success.idle_gap.map_or(Duration::ZERO, |(_, gap)| gap);
+        let total = success.chunk_interval * n + success.first_content_delay + idle;
+        u64::try_from(total.as_millis()).unwrap_or(u64::MAX)
     } else {
         0
     };
