@@ -151,14 +151,21 @@ const CONTEXT_WORDS: &[&str] = &[
     "too many input tokens",
 ];
 
+/// Words that make a rate-limit answer a quota. Narrow on purpose: real rate-limit messages
+/// carry links with "quota" and "billing" in them (Azure's `aka.ms/oai/quotaincrease`, OpenAI's
+/// `account/billing` on free-tier rate limits).
 const QUOTA_WORDS: &[&str] = &[
-    "quota",
+    "exceeded your current quota",
+    "quota exceeded",
     "credit balance",
-    "billing",
     "spend limit",
     "usage limit",
     "per day",
 ];
+
+/// A 400/403 answer that speaks of billing is a quota too (Anthropic's credit-balance 400 sends
+/// the caller to "Plans & Billing").
+const BILLING_WORDS: &[&str] = &["billing"];
 
 const CONTENT_WORDS: &[&str] = &[
     "content management policy",
@@ -188,10 +195,10 @@ fn scan_prefix(message: &str) -> String {
 }
 
 /// The rules of docs/error-classes.md, in order: a type/code that names a class decides (a
-/// rate-limit type whose message speaks of a quota, billing or a daily limit is
-/// `QUOTA_EXHAUSTED`); then the status (402, 429, 529; 503 when the message says overloaded, or
-/// from Bedrock); then, for a 400/403/413/422, the message (context length, content filter,
-/// guardrail, quota/billing). `codes` are tried in order.
+/// rate-limit type whose message has a [`QUOTA_WORDS`] entry is `QUOTA_EXHAUSTED`); then the
+/// status (402, 429, 529; 503 when the message says overloaded, or from Bedrock); then, for a
+/// 400/403/413/422, the message (context length, content filter, guardrail, quota or billing).
+/// `codes` are tried in order.
 fn classify(
     family: Family,
     status: u16,
@@ -228,7 +235,7 @@ fn classify(
         Some(ErrorClass::ContextLengthExceeded)
     } else if any_of(&m, CONTENT_WORDS) || guardrail_acted(&m) {
         Some(ErrorClass::ContentFiltered)
-    } else if quota_words {
+    } else if quota_words || any_of(&m, BILLING_WORDS) {
         Some(ErrorClass::QuotaExhausted)
     } else {
         None
