@@ -176,6 +176,50 @@ pub(crate) fn classify_error(status: u16, error_type: &str) -> ErrorClass {
     }
 }
 
+/// The fields of a provider error body, from any provider's shape: `error.{type, code, message}`
+/// (OpenAI, Anthropic; also a top-level object without `error`), Anthropic's
+/// `error.details.error_code`, Bedrock's `Code`, `__type` and `message`/`Message`, or `error` as a
+/// string.
+/// Junk and other shapes give empty fields. [`parse_any_error`] and the error-class reader
+/// (`crate::error_class`) both start here.
+#[derive(Debug, Default)]
+pub(crate) struct ErrorFields {
+    pub(crate) error_type: Option<String>,
+    pub(crate) code: Option<String>,
+    /// Bedrock's `Code` (botocore reads it after `code`).
+    pub(crate) code_upper: Option<String>,
+    pub(crate) detail_code: Option<String>,
+    pub(crate) aws_type: Option<String>,
+    pub(crate) message: Option<String>,
+}
+
+impl ErrorFields {
+    pub(crate) fn parse(body: &[u8]) -> ErrorFields {
+        let v: serde_json::Value = serde_json::from_slice(body).unwrap_or(serde_json::Value::Null);
+        let err = match v.get("error") {
+            Some(e) if e.is_object() => e,
+            _ => &v,
+        };
+        let text = |x: Option<&serde_json::Value>| x.and_then(|t| t.as_str()).map(str::to_owned);
+        ErrorFields {
+            error_type: text(err.get("type")),
+            code: text(err.get("code")),
+            code_upper: text(err.get("Code")),
+            detail_code: text(err.get("details").and_then(|d| d.get("error_code"))),
+            aws_type: text(v.get("__type")),
+            message: text(err.get("message").or_else(|| err.get("Message")))
+                .or_else(|| text(v.get("error"))),
+        }
+    }
+
+    /// The type the translation tables read: the more specific of `type` and `code`, else
+    /// `__type`.
+    pub(crate) fn specific_type(&self) -> Option<&str> {
+        specific_error_type(self.error_type.as_deref(), self.code.as_deref())
+            .or(self.aws_type.as_deref())
+    }
+}
+
 /// Reads `(type, message)` from any provider error body; unknown shapes get the type this
 /// dialect uses for the status and the body text (cut to 300 characters) as message.
 pub(crate) fn parse_any_error(
@@ -184,22 +228,8 @@ pub(crate) fn parse_any_error(
     default_type: impl Fn(ErrorClass) -> &'static str,
 ) -> (String, String) {
     let fallback_type = || default_type(classify_error(status, "")).to_owned();
-    let v: serde_json::Value = serde_json::from_slice(body).unwrap_or(serde_json::Value::Null);
-    let err = match v.get("error") {
-        Some(e) if e.is_object() => e,
-        _ => &v,
-    };
-    let ty = specific_error_type(
-        err.get("type").and_then(|t| t.as_str()),
-        err.get("code").and_then(|c| c.as_str()),
-    )
-    .or_else(|| v.get("__type").and_then(|c| c.as_str()));
-    let msg = err
-        .get("message")
-        .or_else(|| err.get("Message"))
-        .and_then(|m| m.as_str())
-        .or_else(|| v.get("error").and_then(|e| e.as_str()));
-    let message = match msg {
+    let fields = ErrorFields::parse(body);
+    let message = match fields.message.as_deref() {
         Some(m) => m.to_owned(),
         None => {
             let text = String::from_utf8_lossy(body);
@@ -211,5 +241,10 @@ pub(crate) fn parse_any_error(
             }
         }
     };
-    (ty.map_or_else(fallback_type, str::to_owned), message)
+    (
+        fields
+            .specific_type()
+            .map_or_else(fallback_type, str::to_owned),
+        message,
+    )
 }

@@ -9,6 +9,7 @@ pub mod bedrock;
 pub mod canonical;
 mod chunk_scan;
 pub(crate) mod common;
+pub mod error_class;
 pub mod errors;
 mod json_tail;
 pub mod openai_chat;

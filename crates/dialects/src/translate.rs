@@ -222,6 +222,41 @@ impl Dialect {
         }
     }
 
+    /// The error class (SPEC §11) of an upstream error answer in this dialect: its status, the
+    /// body, and Bedrock's `x-amzn-ErrorType` when present (ignored by the other dialects).
+    /// `None` for an answer that is none of the five classes. See [`crate::error_class`] and
+    /// docs/error-classes.md.
+    pub fn error_class(
+        self,
+        status: u16,
+        header_type: Option<&str>,
+        body: &[u8],
+    ) -> Option<sidetrack_resilience::ErrorClass> {
+        use crate::error_class::{anthropic, bedrock, openai};
+        match self {
+            Dialect::OpenAiChat | Dialect::OpenAiResponses => openai(status, body),
+            Dialect::AnthropicMessages => anthropic(status, body),
+            Dialect::BedrockInvoke | Dialect::BedrockConverse => bedrock(status, header_type, body),
+        }
+    }
+
+    /// The error class of an error this dialect's upstream sent that is already taken apart: a
+    /// stream's error event (`StreamEventClass::Error { status, error_type, message }`) or
+    /// [`Dialect::parse_error`]'s answer.
+    pub fn error_class_of(
+        self,
+        status: u16,
+        error_type: &str,
+        message: &str,
+    ) -> Option<sidetrack_resilience::ErrorClass> {
+        crate::error_class::of_parsed(
+            crate::error_class::Family::of(self),
+            status,
+            error_type,
+            message,
+        )
+    }
+
     /// A translated upstream error in this dialect (status preserved, type mapped).
     pub fn render_upstream_error(
         self,

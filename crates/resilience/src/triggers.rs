@@ -1,5 +1,6 @@
 use std::fmt;
 
+use crate::class::{ClassSet, ErrorClass};
 use crate::outcome::{ErrorSet, Outcome};
 use crate::ErrorKind;
 
@@ -51,6 +52,9 @@ pub enum TriggerError {
     BadStatus(String),
     StatusOutOfRange(String),
     UnknownError(String),
+    /// A name that is none of the error kinds, stream timeouts or error classes
+    /// ([`TriggerName::parse`]).
+    UnknownName(String),
 }
 
 impl fmt::Display for TriggerError {
@@ -70,11 +74,107 @@ impl fmt::Display for TriggerError {
                 f,
                 "unknown error `{s}` (expected CONNECTION_ERROR, FIRST_BYTE_TIMEOUT or UNROUTABLE)"
             ),
+            TriggerError::UnknownName(s) => {
+                let names: Vec<&str> = TriggerName::all().map(TriggerName::as_str).collect();
+                write!(
+                    f,
+                    "unknown error `{s}` (expected one of {})",
+                    names.join(", ")
+                )
+            }
         }
     }
 }
 
 impl std::error::Error for TriggerError {}
+
+/// The two stream timeouts of SPEC §11 (`firstTokenTimeoutMilliseconds`,
+/// `streamIdleTimeoutMilliseconds`) as trigger names.
+///
+/// They are not [`ErrorKind`]s yet: the gateway matches `ErrorKind` exhaustively, so the variants
+/// join it when the gateway records these outcomes. Until then a trigger set answers for them
+/// through [`Triggers::fires_stream_timeout`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StreamTimeout {
+    /// No content event within `firstTokenTimeoutMilliseconds`.
+    FirstToken,
+    /// Silence between upstream events longer than `streamIdleTimeoutMilliseconds`, before commit.
+    StreamIdle,
+}
+
+impl StreamTimeout {
+    pub const ALL: [StreamTimeout; 2] = [StreamTimeout::FirstToken, StreamTimeout::StreamIdle];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamTimeout::FirstToken => "FIRST_TOKEN_TIMEOUT",
+            StreamTimeout::StreamIdle => "STREAM_IDLE_TIMEOUT",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<StreamTimeout> {
+        StreamTimeout::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+
+    fn bit(self) -> u8 {
+        match self {
+            StreamTimeout::FirstToken => 1,
+            StreamTimeout::StreamIdle => 2,
+        }
+    }
+}
+
+impl fmt::Display for StreamTimeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One entry of `triggerOn.errors` / `retry.on.errors`: a transport outcome, a stream timeout or
+/// an error class read from the provider's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TriggerName {
+    Kind(ErrorKind),
+    StreamTimeout(StreamTimeout),
+    Class(ErrorClass),
+}
+
+impl TriggerName {
+    /// Every name, in the order [`Triggers`] displays them.
+    pub fn all() -> impl Iterator<Item = TriggerName> {
+        ErrorKind::ALL
+            .into_iter()
+            .map(TriggerName::Kind)
+            .chain(
+                StreamTimeout::ALL
+                    .into_iter()
+                    .map(TriggerName::StreamTimeout),
+            )
+            .chain(ErrorClass::ALL.into_iter().map(TriggerName::Class))
+    }
+
+    /// The exact upper-case name (surrounding whitespace ignored).
+    pub fn parse(s: &str) -> Result<TriggerName, TriggerError> {
+        let t = s.trim();
+        TriggerName::all()
+            .find(|n| n.as_str() == t)
+            .ok_or_else(|| TriggerError::UnknownName(s.to_string()))
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TriggerName::Kind(k) => k.as_str(),
+            TriggerName::StreamTimeout(t) => t.as_str(),
+            TriggerName::Class(c) => c.as_str(),
+        }
+    }
+}
+
+impl fmt::Display for TriggerName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// The outcomes that make the walk advance past one hop (SPEC §5.3).
 ///
@@ -84,11 +184,16 @@ impl std::error::Error for TriggerError {}
 pub struct Triggers {
     statuses: Vec<StatusMatcher>,
     errors: ErrorSet,
+    /// [`StreamTimeout`] bits.
+    stream_timeouts: u8,
+    classes: ClassSet,
     is_default: bool,
 }
 
 impl Triggers {
-    /// `5XX` + `CONNECTION_ERROR` + `FIRST_BYTE_TIMEOUT` + `UNROUTABLE`. 429 is not included.
+    /// `5XX` + `CONNECTION_ERROR` + `FIRST_BYTE_TIMEOUT` + `UNROUTABLE` + `FIRST_TOKEN_TIMEOUT` +
+    /// `STREAM_IDLE_TIMEOUT` (SPEC §11: "default triggers gain both"). 429 is not included, and
+    /// no error class is.
     pub fn default_set() -> Triggers {
         let mut errors = ErrorSet::default();
         for k in ErrorKind::ALL {
@@ -97,6 +202,8 @@ impl Triggers {
         Triggers {
             statuses: vec![StatusMatcher::Class(5)],
             errors,
+            stream_timeouts: StreamTimeout::ALL.iter().fold(0, |b, t| b | t.bit()),
+            classes: ClassSet::default(),
             is_default: true,
         }
     }
@@ -110,8 +217,24 @@ impl Triggers {
         Triggers {
             statuses,
             errors: set,
+            stream_timeouts: 0,
+            classes: ClassSet::default(),
             is_default: false,
         }
+    }
+
+    /// An explicit `triggerOn` (or `retry.on`) whose `errors` may name error kinds, stream
+    /// timeouts and error classes ([`TriggerName::parse`]).
+    pub fn explicit_names(statuses: Vec<StatusMatcher>, names: &[TriggerName]) -> Triggers {
+        let mut t = Triggers::explicit(statuses, &[]);
+        for n in names {
+            match *n {
+                TriggerName::Kind(k) => t.errors.insert(k),
+                TriggerName::StreamTimeout(s) => t.stream_timeouts |= s.bit(),
+                TriggerName::Class(c) => t.classes.insert(c),
+            }
+        }
+        t
     }
 
     /// True when this hop had no `triggerOn` of its own.
@@ -130,7 +253,35 @@ impl Triggers {
             .collect()
     }
 
-    /// Does this outcome make the walk advance? 2xx/3xx never do.
+    /// The error classes listed, in [`ErrorClass::ALL`] order.
+    pub fn classes(&self) -> Vec<ErrorClass> {
+        ErrorClass::ALL
+            .into_iter()
+            .filter(|c| self.classes.contains(*c))
+            .collect()
+    }
+
+    /// The stream timeouts listed, in [`StreamTimeout::ALL`] order.
+    pub fn stream_timeouts(&self) -> Vec<StreamTimeout> {
+        StreamTimeout::ALL
+            .into_iter()
+            .filter(|t| self.stream_timeouts & t.bit() != 0)
+            .collect()
+    }
+
+    /// Every entry of `errors`: kinds, then stream timeouts, then classes.
+    pub fn names(&self) -> Vec<TriggerName> {
+        TriggerName::all()
+            .filter(|n| match *n {
+                TriggerName::Kind(k) => self.errors.contains(k),
+                TriggerName::StreamTimeout(t) => self.stream_timeouts & t.bit() != 0,
+                TriggerName::Class(c) => self.classes.contains(c),
+            })
+            .collect()
+    }
+
+    /// Does this outcome make the walk advance? 2xx/3xx never do. Reads the status and kind
+    /// only; [`Triggers::fires_with`] also reads the answer's error class.
     pub fn fires(&self, outcome: &Outcome) -> bool {
         match outcome {
             Outcome::Success(_) => false,
@@ -138,12 +289,27 @@ impl Triggers {
             Outcome::Error(kind) => self.errors.contains(*kind),
         }
     }
+
+    /// [`Triggers::fires`], or the answer's error class is listed (SPEC §11: "an outcome matches
+    /// when its status or its class is listed"). A 2xx/3xx never fires, whatever class is passed.
+    pub fn fires_with(&self, outcome: &Outcome, class: Option<ErrorClass>) -> bool {
+        if outcome.is_success() {
+            return false;
+        }
+        self.fires(outcome) || class.is_some_and(|c| self.classes.contains(c))
+    }
+
+    /// Does a stream timeout before commit (`FIRST_TOKEN_TIMEOUT`, `STREAM_IDLE_TIMEOUT`) make
+    /// the walk advance?
+    pub fn fires_stream_timeout(&self, timeout: StreamTimeout) -> bool {
+        self.stream_timeouts & timeout.bit() != 0
+    }
 }
 
 impl fmt::Display for Triggers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let statuses: Vec<String> = self.statuses.iter().map(|s| s.to_string()).collect();
-        let errors: Vec<&str> = self.errors().into_iter().map(|k| k.as_str()).collect();
+        let errors: Vec<&str> = self.names().into_iter().map(TriggerName::as_str).collect();
         write!(
             f,
             "statusCodes [{}], errors [{}]",
@@ -185,6 +351,123 @@ mod tests {
         assert!(!t.fires(&Outcome::Error(ErrorKind::FirstByteTimeout)));
         assert!(t.fires(&Outcome::Error(ErrorKind::ConnectionError)));
         assert!(!t.is_default());
+    }
+
+    #[test]
+    fn default_triggers_gain_both_stream_timeouts_but_no_class() {
+        let t = Triggers::default_set();
+        for s in StreamTimeout::ALL {
+            assert!(t.fires_stream_timeout(s), "{s}");
+        }
+        assert!(t.classes().is_empty());
+        for c in ErrorClass::ALL {
+            assert!(
+                !t.fires_with(&Outcome::Status(400), Some(c)),
+                "a 400 with {c} is not a default trigger"
+            );
+            assert!(
+                t.fires_with(&Outcome::Status(503), Some(c)),
+                "5XX still fires"
+            );
+        }
+        assert_eq!(
+            t.to_string(),
+            "statusCodes [5XX], errors [CONNECTION_ERROR, FIRST_BYTE_TIMEOUT, UNROUTABLE, \
+             FIRST_TOKEN_TIMEOUT, STREAM_IDLE_TIMEOUT]"
+        );
+    }
+
+    #[test]
+    fn a_listed_class_fires_on_its_class_and_nothing_else() {
+        // SPEC §11: fall back on a context-length error but not on other 400s.
+        let t = Triggers::explicit_names(
+            Vec::new(),
+            &[TriggerName::Class(ErrorClass::ContextLengthExceeded)],
+        );
+        let s400 = Outcome::Status(400);
+        assert!(t.fires_with(&s400, Some(ErrorClass::ContextLengthExceeded)));
+        assert!(!t.fires_with(&s400, None), "a plain 400 does not fire");
+        assert!(!t.fires_with(&s400, Some(ErrorClass::ContentFiltered)));
+        assert!(!t.fires(&s400), "fires() ignores classes");
+        assert!(
+            !t.fires_with(
+                &Outcome::Success(200),
+                Some(ErrorClass::ContextLengthExceeded)
+            ),
+            "2xx never fires"
+        );
+        assert!(
+            !t.fires_with(&Outcome::Status(503), None),
+            "5XX is not inherited"
+        );
+        assert!(!t.fires_with(&Outcome::Error(ErrorKind::ConnectionError), None));
+        for s in StreamTimeout::ALL {
+            assert!(!t.fires_stream_timeout(s));
+        }
+        assert_eq!(t.classes(), vec![ErrorClass::ContextLengthExceeded]);
+        assert!(!t.is_default());
+    }
+
+    #[test]
+    fn status_or_class_fires() {
+        let t = Triggers::explicit_names(
+            vec![StatusMatcher::Exact(529)],
+            &[
+                TriggerName::Class(ErrorClass::RateLimited),
+                TriggerName::Kind(ErrorKind::ConnectionError),
+                TriggerName::StreamTimeout(StreamTimeout::StreamIdle),
+            ],
+        );
+        assert!(t.fires_with(&Outcome::Status(529), None));
+        assert!(t.fires_with(&Outcome::Status(429), Some(ErrorClass::RateLimited)));
+        assert!(!t.fires_with(&Outcome::Status(429), Some(ErrorClass::QuotaExhausted)));
+        assert!(!t.fires_with(&Outcome::Status(429), None));
+        assert!(t.fires_with(&Outcome::Error(ErrorKind::ConnectionError), None));
+        assert!(!t.fires_with(&Outcome::Error(ErrorKind::FirstByteTimeout), None));
+        assert!(t.fires_stream_timeout(StreamTimeout::StreamIdle));
+        assert!(!t.fires_stream_timeout(StreamTimeout::FirstToken));
+        assert_eq!(
+            t.to_string(),
+            "statusCodes [529], errors [CONNECTION_ERROR, STREAM_IDLE_TIMEOUT, RATE_LIMITED]"
+        );
+        assert_eq!(t.errors(), vec![ErrorKind::ConnectionError]);
+        assert_eq!(t.stream_timeouts(), vec![StreamTimeout::StreamIdle]);
+    }
+
+    #[test]
+    fn explicit_without_names_is_unchanged() {
+        let t = Triggers::explicit(vec![StatusMatcher::Exact(429)], &[ErrorKind::Unroutable]);
+        assert_eq!(
+            t,
+            Triggers::explicit_names(
+                vec![StatusMatcher::Exact(429)],
+                &[TriggerName::Kind(ErrorKind::Unroutable)]
+            )
+        );
+        assert!(t.classes().is_empty() && t.stream_timeouts().is_empty());
+        assert_eq!(t.to_string(), "statusCodes [429], errors [UNROUTABLE]");
+    }
+
+    #[test]
+    fn trigger_names_parse_every_kind_timeout_and_class() {
+        for n in TriggerName::all() {
+            assert_eq!(TriggerName::parse(n.as_str()), Ok(n));
+        }
+        assert_eq!(TriggerName::all().count(), 10);
+        assert_eq!(
+            TriggerName::parse(" CONTEXT_LENGTH_EXCEEDED "),
+            Ok(TriggerName::Class(ErrorClass::ContextLengthExceeded))
+        );
+        assert_eq!(
+            TriggerName::parse("FIRST_TOKEN_TIMEOUT"),
+            Ok(TriggerName::StreamTimeout(StreamTimeout::FirstToken))
+        );
+        let e = TriggerName::parse("context_length_exceeded").unwrap_err();
+        assert!(matches!(e, TriggerError::UnknownName(_)));
+        let msg = e.to_string();
+        for n in TriggerName::all() {
+            assert!(msg.contains(n.as_str()), "{msg} lists {n}");
+        }
     }
 
     #[test]
