@@ -141,8 +141,41 @@ pub(crate) enum Key {
 
 /// Scans `body` for the plain spelling `"name"` of a key and for escaped lower-case ASCII
 /// letters (`\u006?`, `\u007?`: what any other spelling of the key would contain), counting
-/// brackets until the key is found. `name` is lower-case ASCII letters.
+/// brackets before the key. `name` is lower-case ASCII letters.
+///
+/// For `usage`, the same answer as [`find_key_by_steps`] (a test compares them) by `memchr`'s
+/// searches with a searcher built once: the first `"usage"`, another one from the byte after it
+/// (occurrences may overlap), the backslashes before it (or anywhere, when there is none), then
+/// the brackets before it. Other names take the one-pass scan.
 pub(crate) fn find_key(body: &[u8], name: &[u8]) -> Key {
+    static USAGE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"usage\""));
+    if name != b"usage" {
+        return find_key_by_steps(body, name);
+    }
+    // `body[..end]` holds a backslash that starts `\u006?` or `\u007?`.
+    let escaped_letter = |end: usize| {
+        memchr::memchr_iter(b'\\', &body[..end])
+            .any(|j| matches!(body[j + 1..], [b'u', b'0', b'0', b'6' | b'7', ..]))
+    };
+    match USAGE.find(body) {
+        None if escaped_letter(body.len()) => Key::Unsure,
+        None => Key::Nowhere,
+        Some(at) => {
+            if USAGE.find(&body[at + 1..]).is_some() || escaped_letter(at) {
+                return Key::Unsure;
+            }
+            Key::At {
+                at,
+                depth: bracket_balance(&body[..at]),
+            }
+        }
+    }
+}
+
+/// [`find_key`] by one pass of vectorised steps: what it answers for names other than `usage`,
+/// and its reference in the tests.
+pub(crate) fn find_key_by_steps(body: &[u8], name: &[u8]) -> Key {
     let Some(&first) = name.first() else {
         return Key::Unsure;
     };
@@ -258,9 +291,26 @@ fn bracket_weight(b: u8) -> i8 {
     i8::from(b | 0x20 == b'{') - i8::from(b | 0x20 == b'}')
 }
 
-/// The bracket balance of a few bytes (part of one step).
+/// The bracket balance of `bytes`: per-lane counts over [`CHUNK`]-byte steps, summed every 127
+/// steps (before they could overflow), then the bytes left over.
 fn bracket_balance(bytes: &[u8]) -> isize {
-    bytes.iter().map(|&b| isize::from(bracket_weight(b))).sum()
+    let mut total = 0;
+    for block in bytes.chunks(127 * CHUNK) {
+        let mut lanes = [0i8; CHUNK];
+        let mut steps = block.chunks_exact(CHUNK);
+        for step in &mut steps {
+            for (lane, &b) in lanes.iter_mut().zip(step) {
+                *lane += bracket_weight(b);
+            }
+        }
+        total += lanes.iter().map(|&n| isize::from(n)).sum::<isize>();
+        total += steps
+            .remainder()
+            .iter()
+            .map(|&b| isize::from(bracket_weight(b)))
+            .sum::<isize>();
+    }
+    total
 }
 
 /// JSON whitespace, exactly as serde_json skips it.
@@ -373,6 +423,13 @@ mod tests {
             converse::full_response_usage(body),
             "converse: {shown}"
         );
+        for name in [&b"usage"[..], b"choices"] {
+            assert_eq!(
+                find_key(body, name),
+                find_key_by_steps(body, name),
+                "find_key: {shown}"
+            );
+        }
         // The helper on its own: whenever it answers, it answers what the full parse reads.
         let derived = top_level_member::<Option<ChatUsage>, IgnoredAny>(body, "usage");
         if let Some(fast) = &derived {
@@ -718,6 +775,74 @@ mod tests {
             assert_eq!(find_key(twice.as_bytes(), b"usage"), Key::Unsure);
             let escaped = format!(r#"{{"p":"{}\u0067","usage":1}}"#, "x".repeat(pad));
             assert_eq!(find_key(escaped.as_bytes(), b"usage"), Key::Unsure);
+        }
+    }
+
+    /// `find_key`'s searches answer what the one-pass scan answers, on bodies built from the bytes
+    /// that matter (quotes, the name's letters, backslashes, `u00[67]`, brackets) at every length
+    /// up to past two 127-step blocks, and on long heads.
+    #[test]
+    fn find_key_agrees_with_the_scan() {
+        let pieces: [&[u8]; 14] = [
+            b"\"",
+            b"usage",
+            b"usag",
+            b"u",
+            b"\\",
+            b"\\u0065",
+            b"\\u007",
+            b"{",
+            b"}",
+            b"[",
+            b"]",
+            b" ",
+            b"x",
+            b"\"usage\"",
+        ];
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for round in 0..4000 {
+            let len = match round % 4 {
+                0 => next() % 8,
+                1 => next() % 40,
+                2 => next() % 200,
+                _ => next() % 2000,
+            };
+            let mut body = Vec::new();
+            for _ in 0..len {
+                body.extend_from_slice(pieces[(next() % pieces.len() as u64) as usize]);
+            }
+            assert_eq!(
+                find_key(&body, b"usage"),
+                find_key_by_steps(&body, b"usage"),
+                "{}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+        for n in [
+            0,
+            1,
+            31,
+            32,
+            33,
+            127 * 32 - 1,
+            127 * 32,
+            127 * 32 + 1,
+            300 * 32 + 5,
+        ] {
+            for fill in [b'{', b'[', b'}', b'x'] {
+                let mut body = vec![fill; n];
+                body.extend_from_slice(b"\"usage\":1}");
+                assert_eq!(
+                    find_key(&body, b"usage"),
+                    find_key_by_steps(&body, b"usage")
+                );
+            }
         }
     }
 }
