@@ -70,7 +70,7 @@ pub struct AttemptSpec<'a> {
 /// here once; the breaker, triggers, metrics and the routing log read these values.
 pub struct Attempt {
     pub outcome: Outcome,
-    /// The delay a 429 or 503 answer asked for (`Retry-After`, `retry-after-ms`,
+    /// The delay an error answer asked for (`Retry-After`, `retry-after-ms`,
     /// `x-ratelimit-reset-*`), when it gave one.
     pub retry_after: Option<Duration>,
     /// The knob or event behind a failure, for logs (e.g. `firstByteTimeoutMilliseconds`).
@@ -182,9 +182,10 @@ fn failed(
     }
 }
 
-/// The retry delay a 429 or 503 answer asked for.
+/// The retry delay an error answer asked for. Which outcomes may act on it is policy's
+/// (`walk::verdict` passes it to the breaker for a counted 429/503 only).
 fn retry_after(outcome: Outcome, parts: &Parts) -> Option<Duration> {
-    if !matches!(outcome, Outcome::Status(429 | 503)) {
+    if !matches!(outcome, Outcome::Status(_)) {
         return None;
     }
     let lookup = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());

@@ -36,8 +36,9 @@ pub(super) fn decide(
         error: seen.error.as_ref().map(|(code, _)| *code),
     };
     let outcome = walk::commit_decision(rule, status, heard)?;
-    let detail = match (&seen.error, outcome) {
-        (Some((code, error_type)), Outcome::Status(c)) if *code == c => {
+    // Under firstToken an error event is the outcome; the detail names its type.
+    let detail = match (rule, &seen.error) {
+        (walk::CommitRule::FirstToken, Some((_, error_type))) => {
             Some(format!("streamErrorEvent:{error_type}"))
         }
         _ => None,

@@ -52,21 +52,11 @@ impl LineWriter {
         uint(out, u64::from(rec.status));
         out.extend_from_slice(b",\"fallbackHop\":");
         opt_uint(out, rec.fallback_hop.map(|h| h as u64));
-        out.extend_from_slice(b",\"attempts\":[");
-        for (i, a) in rec.attempts.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            attempt(out, a);
-        }
-        out.extend_from_slice(b"],\"skipped\":[");
-        for (i, s) in rec.skipped.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            skip(out, s);
-        }
-        out.extend_from_slice(b"],\"streamed\":");
+        out.extend_from_slice(b",\"attempts\":");
+        array(out, &rec.attempts, attempt);
+        out.extend_from_slice(b",\"skipped\":");
+        array(out, &rec.skipped, skip);
+        out.extend_from_slice(b",\"streamed\":");
         boolean(out, rec.streamed);
         out.extend_from_slice(b",\"committed\":");
         boolean(out, rec.committed);
@@ -127,6 +117,18 @@ impl LineWriter {
             b'Z',
         ]);
     }
+}
+
+/// `[item,item,…]`, each item written by `write`.
+fn array<T>(out: &mut Vec<u8>, items: &[T], write: fn(&mut Vec<u8>, &T)) {
+    out.push(b'[');
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write(out, item);
+    }
+    out.push(b']');
 }
 
 fn attempt(out: &mut Vec<u8>, a: &AttemptRecord) {
