@@ -90,6 +90,11 @@ pub struct Server {
     pub allowed_origins: Vec<String>,
     /// `target/model` pins a target (default true); off, such a name is an ordinary model name.
     pub allow_pinning: bool,
+    /// Honour the caller's deadline headers `x-sidetrack-timeout-ms` / `x-stainless-timeout`
+    /// (SPEC §11, default true).
+    pub caller_deadline: bool,
+    /// Honour `x-sidetrack-fallback: off` and `x-sidetrack-timeout-ms` (SPEC §11, default true).
+    pub caller_overrides: bool,
 }
 
 impl Server {
@@ -217,7 +222,33 @@ impl Default for BreakerPolicy {
 #[derive(Debug, Clone)]
 pub struct Defaults {
     pub circuit_breaker: BreakerPolicy,
+    /// Attempts per request: hops + retries + hedges (SPEC §11, default 8, 1..=100).
+    pub max_attempts: u32,
+    /// Per-destination retry budget (SPEC §11).
+    pub retry_budget: RetryBudgetPolicy,
 }
+
+/// `defaults.retryBudget`: a destination's retries in the last 10 s may reach
+/// `ratio` × its first attempts in that window + 10 × `min_per_second`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryBudgetPolicy {
+    /// Default 0.2, 0.0..=10.0.
+    pub ratio: f64,
+    /// Default 5, 0..=100000.
+    pub min_per_second: f64,
+}
+
+impl Default for RetryBudgetPolicy {
+    fn default() -> Self {
+        RetryBudgetPolicy {
+            ratio: 0.2,
+            min_per_second: 5.0,
+        }
+    }
+}
+
+/// Attempts per request when `defaults.maxAttempts` is omitted.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 8;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RoutingSink {
@@ -272,13 +303,64 @@ pub struct DestinationRef {
     pub model: Option<String>,
 }
 
-/// Trigger/timeout settings of one hop, with whether each was written or defaulted.
+/// Trigger/timeout/retry/hedge settings of one hop (SPEC §5.3, §11). Never inherited.
 #[derive(Debug, Clone)]
 pub struct HopPolicy {
     /// `Triggers::default_set()` when `triggerOn` was omitted (`is_default()` tells).
     pub triggers: Triggers,
     /// `None` = no first-byte timeout on this hop.
     pub first_byte_timeout: Option<Duration>,
+    /// Streamed requests: send → first content event (`firstTokenTimeoutMilliseconds`).
+    pub first_token_timeout: Option<Duration>,
+    /// Longest silence between upstream stream events (`streamIdleTimeoutMilliseconds`).
+    pub stream_idle_timeout: Option<Duration>,
+    /// `retry`: the same hop again. `None` = no retries (attempts 0).
+    pub retry: Option<RetryPolicy>,
+    /// `hedge`: start the next hop if this one has not committed by then.
+    pub hedge: Option<HedgePolicy>,
+}
+
+impl HopPolicy {
+    /// A hop with these triggers and first-byte timeout and nothing else set.
+    pub fn new(triggers: Triggers, first_byte_timeout: Option<Duration>) -> HopPolicy {
+        HopPolicy {
+            triggers,
+            first_byte_timeout,
+            first_token_timeout: None,
+            stream_idle_timeout: None,
+            retry: None,
+            hedge: None,
+        }
+    }
+
+    /// The outcomes that retry this hop: `retry.on`, else the hop's triggers.
+    pub fn retry_on(&self) -> &Triggers {
+        self.retry
+            .as_ref()
+            .and_then(|r| r.on.as_ref())
+            .unwrap_or(&self.triggers)
+    }
+}
+
+/// A hop's `retry` block (SPEC §11).
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (0..=10).
+    pub attempts: u32,
+    /// Base of the exponential backoff (default 100 ms, 0..=60000).
+    pub backoff: Duration,
+    /// Cap of one backoff, and the longest upstream Retry-After honoured (default 2000 ms,
+    /// 0..=300000, at least `backoff`).
+    pub max_backoff: Duration,
+    /// `retry.on`; `None` = the hop's effective triggers.
+    pub on: Option<Triggers>,
+}
+
+/// A hop's `hedge` block (SPEC §11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HedgePolicy {
+    /// `afterMilliseconds` (10..=900000).
+    pub after: Duration,
 }
 
 #[derive(Debug, Clone)]

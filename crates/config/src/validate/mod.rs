@@ -201,6 +201,8 @@ pub(crate) fn validate(
             defaults_raw.circuit_breaker.as_ref(),
             "defaults.circuitBreaker",
         ),
+        max_attempts: sidetrack_config_default_max_attempts(),
+        retry_budget: crate::model::RetryBudgetPolicy::default(),
     };
     let targets = targets::targets(&mut ctx, &raw.targets, &defaults.circuit_breaker);
     let rules = rules::rules(&mut ctx, &raw.rules, &targets);
@@ -404,6 +406,8 @@ fn server(ctx: &mut Ctx<'_>, raw: RawServer) -> Server {
         max_dynamic_destinations,
         allowed_origins,
         allow_pinning: raw.allow_pinning.unwrap_or(true),
+        caller_deadline: true,
+        caller_overrides: true,
     }
 }
 
@@ -573,4 +577,9 @@ fn logging(ctx: &mut Ctx<'_>, raw: RawLogging) -> Logging {
         routing,
         otlp_endpoint: raw.otlp_endpoint,
     }
+}
+
+/// Until `defaults.maxAttempts` is parsed.
+fn sidetrack_config_default_max_attempts() -> u32 {
+    crate::model::DEFAULT_MAX_ATTEMPTS
 }

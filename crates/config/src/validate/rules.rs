@@ -256,10 +256,7 @@ fn static_route(
     let Some(fb) = fallback else {
         return StaticRoute {
             primary,
-            primary_policy: HopPolicy {
-                triggers: Triggers::default_set(),
-                first_byte_timeout: None,
-            },
+            primary_policy: HopPolicy::new(Triggers::default_set(), None),
             breaker_mode: BreakerMode::Enabled,
             fallbacks: Vec::new(),
         };
@@ -430,10 +427,7 @@ fn hop_policy(
         )
         .map(Duration::from_millis)
     });
-    HopPolicy {
-        triggers,
-        first_byte_timeout,
-    }
+    HopPolicy::new(triggers, first_byte_timeout)
 }
 
 fn triggers(ctx: &mut Ctx<'_>, raw: Option<&RawTriggerOn>, path: &str) -> Triggers {
