@@ -106,7 +106,8 @@ impl Picker {
 
 /// The policy of a hop that no rule configured (pinned and default routes).
 pub(crate) fn default_policy() -> &'static HopPolicy {
-    static DEFAULT: std::sync::LazyLock<HopPolicy> = std::sync::LazyLock::new(|| HopPolicy::new(Triggers::default_set(), None));
+    static DEFAULT: std::sync::LazyLock<HopPolicy> =
+        std::sync::LazyLock::new(|| HopPolicy::new(Triggers::default_set(), None));
     &DEFAULT
 }
 

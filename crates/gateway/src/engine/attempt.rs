@@ -13,7 +13,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use sidetrack_config::StreamCommit;
 use sidetrack_dialects::Dialect;
-use sidetrack_resilience::Outcome;
+use sidetrack_resilience::{ErrorClass, Outcome};
 use tokio::time::Instant;
 
 pub use super::body::Timer;
@@ -73,6 +73,9 @@ pub struct Attempt {
     /// The delay an error answer asked for (`Retry-After`, `retry-after-ms`,
     /// `x-ratelimit-reset-*`), when it gave one.
     pub retry_after: Option<Duration>,
+    /// What the provider's error answer (or a stream's error event before the commit) says went
+    /// wrong (SPEC §11 "Error classes"), read from the upstream's own dialect.
+    pub class: Option<ErrorClass>,
     /// The knob or event behind a failure, for logs (e.g. `firstByteTimeoutMilliseconds`).
     pub detail: Option<String>,
     pub duration: Duration,
@@ -151,13 +154,14 @@ pub fn run<'a>(
             Err((outcome, detail)) => return failed(started, outcome, detail, None),
         };
         let first_byte = Some(answered.first_byte);
-        let (outcome, detail, response) = match classify(answered, &spec).await {
+        let (outcome, detail, response, class) = match classify(answered, &spec).await {
             Ok(c) => c,
             Err((outcome, detail)) => return failed(started, outcome, detail, first_byte),
         };
         Attempt {
             outcome,
             retry_after: retry_after(outcome, response.parts()),
+            class,
             detail,
             duration: started.elapsed(),
             first_byte,
@@ -175,6 +179,7 @@ fn failed(
     Attempt {
         outcome,
         retry_after: None,
+        class: None,
         detail: Some(detail.to_owned()),
         duration: started.elapsed(),
         first_byte,
@@ -195,7 +200,8 @@ fn retry_after(outcome: Outcome, parts: &Parts) -> Option<Duration> {
 /// An answered attempt, classified: its outcome, the knob or event behind a failure, and what
 /// goes to the caller if this hop's answer is returned. `Err`: the answer broke off before it
 /// could be classified (no response to return).
-type Classified = Result<(Outcome, Option<String>, Upstream), (Outcome, &'static str)>;
+type Classified =
+    Result<(Outcome, Option<String>, Upstream, Option<ErrorClass>), (Outcome, &'static str)>;
 
 /// Phase "classify", by the kind of answer.
 async fn classify(answered: Answered, spec: &AttemptSpec<'_>) -> Classified {
@@ -215,12 +221,17 @@ async fn classify(answered: Answered, spec: &AttemptSpec<'_>) -> Classified {
         let body = read_rest(first, &mut body, &mut timer, MAX_ERROR_BODY)
             .await
             .unwrap_or_else(|cut| cut);
+        let header_type = parts
+            .headers
+            .get("x-amzn-errortype")
+            .and_then(|v| v.to_str().ok());
+        let class = spec.upstream.error_class(status, header_type, &body);
         let response = if translated {
             translate::error_answer(parts, &body, spec.upstream, spec.caller)
         } else {
             Upstream::Buffered { parts, body }
         };
-        return Ok((Outcome::Status(status), None, response));
+        return Ok((Outcome::Status(status), None, response, class));
     }
     let stream = is_stream(&parts);
     if translated && !stream {
@@ -235,13 +246,14 @@ async fn classify(answered: Answered, spec: &AttemptSpec<'_>) -> Classified {
                 Outcome::Status(502),
                 Some("responseTooLarge".into()),
                 response,
+                None,
             ));
         };
         let names = (spec.response_id, spec.model);
         let answer = translate::whole_answer(parts, &raw, spec.upstream, spec.caller, names);
         return Ok(match answer {
-            (response, None) => (Outcome::from_status(status), None, response),
-            (bad, Some(why)) => (Outcome::Status(502), Some(why.into()), bad),
+            (response, None) => (Outcome::from_status(status), None, response, None),
+            (bad, Some(why)) => (Outcome::Status(502), Some(why.into()), bad, None),
         });
     }
     let Some(first) = first else {
@@ -249,7 +261,7 @@ async fn classify(answered: Answered, spec: &AttemptSpec<'_>) -> Classified {
             parts,
             body: Bytes::new(),
         };
-        return Ok((Outcome::from_status(status), None, response));
+        return Ok((Outcome::from_status(status), None, response, None));
     };
     if !stream {
         // A plain body: the first byte commits it; the rest streams through as it arrives.
@@ -260,7 +272,7 @@ async fn classify(answered: Answered, spec: &AttemptSpec<'_>) -> Classified {
             pipe: None,
             deadline: timer,
         };
-        return Ok((Outcome::from_status(status), None, response));
+        return Ok((Outcome::from_status(status), None, response, None));
     }
     stream_answer(parts, first, body, timer, spec).await
 }
@@ -285,12 +297,22 @@ async fn stream_answer(
     if spec.upstream != spec.caller {
         commit::set_stream_content_type(&mut parts, spec.caller);
     }
-    match commit::hold(parts, first, body, timer, pipe, spec.stream_commit).await {
-        Held::Decided(outcome, detail, response) => Ok((outcome, detail, response)),
+    match commit::hold(
+        parts,
+        first,
+        body,
+        timer,
+        pipe,
+        spec.stream_commit,
+        spec.upstream,
+    )
+    .await
+    {
+        Held::Decided(outcome, detail, response, class) => Ok((outcome, detail, response, class)),
         Held::ProtocolFailure(parts, why, what) => {
             let message = format!("sidetrack: {what}");
             let response = translate::bad_gateway(parts, spec.caller, &message);
-            Ok((Outcome::Status(502), Some(why.into()), response))
+            Ok((Outcome::Status(502), Some(why.into()), response, None))
         }
         Held::Failed(outcome, detail) => Err((outcome, detail)),
     }

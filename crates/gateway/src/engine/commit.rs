@@ -11,7 +11,7 @@ use http::response::Parts;
 use hyper::body::Incoming;
 use sidetrack_config::StreamCommit;
 use sidetrack_dialects::Dialect;
-use sidetrack_resilience::{walk, ErrorKind, Outcome};
+use sidetrack_resilience::{walk, ErrorClass, ErrorKind, Outcome};
 
 use super::attempt::Upstream;
 use super::body::{next_data, Read, Timer};
@@ -48,8 +48,9 @@ pub(super) fn decide(
 
 /// How a held stream ended up.
 pub(super) enum Held {
-    /// Decided: the outcome, the event behind a failure, and the live answer (held bytes first).
-    Decided(Outcome, Option<String>, Upstream),
+    /// Decided: the outcome, the event behind a failure, the live answer (held bytes first), and
+    /// the class of an error event that decided it.
+    Decided(Outcome, Option<String>, Upstream, Option<ErrorClass>),
     /// A protocol failure before the commit (SPEC §14): the knob or event, and what to tell the
     /// caller.
     ProtocolFailure(Parts, &'static str, &'static str),
@@ -65,6 +66,7 @@ pub(super) async fn hold(
     mut timer: Timer,
     mut pipe: Box<Pipe>,
     commit: StreamCommit,
+    upstream: Dialect,
 ) -> Held {
     let status = parts.status.as_u16();
     let mut read_len = first.len();
@@ -76,6 +78,12 @@ pub(super) async fn hold(
             return Held::ProtocolFailure(parts, why, what);
         }
         if let Some((outcome, detail)) = decide(commit, status, seen) {
+            let class = match (&outcome, &seen.error) {
+                (Outcome::Status(_), Some((code, error_type))) => {
+                    upstream.error_class_of(*code, error_type, "")
+                }
+                _ => None,
+            };
             let response = Upstream::Live {
                 parts,
                 held,
@@ -83,7 +91,7 @@ pub(super) async fn hold(
                 pipe: Some(pipe),
                 deadline: timer,
             };
-            return Held::Decided(outcome, detail, response);
+            return Held::Decided(outcome, detail, response, class);
         }
         if read_len > MAX_HELD_BYTES {
             let what = "the upstream stream said nothing decidable in its first 64 KiB";

@@ -376,6 +376,7 @@ async fn attempt_one(
                 return Ok(attempt::Attempt {
                     outcome: Outcome::Error(ErrorKind::Unroutable),
                     retry_after: None,
+                    class: None,
                     detail: Some(e.0),
                     duration: Duration::ZERO,
                     first_byte: None,
