@@ -56,6 +56,9 @@ pub enum Outcome {
     Status(u16),
     /// A transport failure; see [`ErrorKind`].
     Error(ErrorKind),
+    /// The gateway dropped the attempt before it was decided: it lost a hedge race (SPEC §11).
+    /// Never a trigger and never a breaker verdict.
+    Cancelled,
 }
 
 impl Outcome {
@@ -73,13 +76,14 @@ impl Outcome {
             Outcome::Success(_) => "SUCCESS",
             Outcome::Status(_) => "STATUS",
             Outcome::Error(k) => k.as_str(),
+            Outcome::Cancelled => "CANCELLED",
         }
     }
 
     pub fn status(&self) -> Option<u16> {
         match self {
             Outcome::Success(c) | Outcome::Status(c) => Some(*c),
-            Outcome::Error(_) => None,
+            Outcome::Error(_) | Outcome::Cancelled => None,
         }
     }
 

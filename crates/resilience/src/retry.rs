@@ -101,6 +101,12 @@ impl StoppedBy {
     ];
 }
 
+impl serde::Serialize for AttemptKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 impl std::fmt::Display for StoppedBy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

@@ -287,7 +287,7 @@ impl Triggers {
     /// only; [`Triggers::fires_with`] also reads the answer's error class.
     pub fn fires(&self, outcome: &Outcome) -> bool {
         match outcome {
-            Outcome::Success(_) => false,
+            Outcome::Success(_) | Outcome::Cancelled => false,
             Outcome::Status(code) => self.statuses.iter().any(|m| m.matches(*code)),
             Outcome::Error(kind) => self.errors.contains(*kind),
         }

@@ -258,9 +258,15 @@ pub enum Step {
 }
 
 /// The walk's step after an attempt on `hop` of `hops`: a fired trigger moves on unless this is
-/// the last hop (SPEC §5.3). Skipped hops are not attempts and never reach here.
-pub fn step(outcome: Outcome, triggers: &Triggers, is_last_hop: bool) -> (bool, Step) {
-    let fired = triggers.fires(&outcome);
+/// the last hop (SPEC §5.3). An outcome fires when its status, its kind or its error `class`
+/// (SPEC §11) is listed. Skipped hops are not attempts and never reach here.
+pub fn step(
+    outcome: Outcome,
+    class: Option<crate::ErrorClass>,
+    triggers: &Triggers,
+    is_last_hop: bool,
+) -> (bool, Step) {
+    let fired = triggers.fires_with(&outcome, class);
     let step = if fired && !is_last_hop {
         Step::Advance
     } else {
@@ -659,30 +665,36 @@ mod tests {
     fn a_fired_trigger_advances_unless_the_hop_is_the_last() {
         let defaults = Triggers::default_set();
         assert_eq!(
-            step(Outcome::Status(503), &defaults, false),
+            step(Outcome::Status(503), None, &defaults, false),
             (true, Step::Advance)
         );
         assert_eq!(
-            step(Outcome::Status(503), &defaults, true),
+            step(Outcome::Status(503), None, &defaults, true),
             (true, Step::Return)
         );
         // 429 is not a default trigger: the 429 goes back to the caller.
         assert_eq!(
-            step(Outcome::Status(429), &defaults, false),
+            step(Outcome::Status(429), None, &defaults, false),
             (false, Step::Return)
         );
         assert_eq!(
-            step(Outcome::Success(200), &defaults, false),
+            step(Outcome::Success(200), None, &defaults, false),
             (false, Step::Return)
         );
         assert_eq!(
-            step(Outcome::Error(ErrorKind::Unroutable), &defaults, false),
+            step(
+                Outcome::Error(ErrorKind::Unroutable),
+                None,
+                &defaults,
+                false
+            ),
             (true, Step::Advance)
         );
         // FIRST_BYTE_TIMEOUT is a default trigger.
         assert_eq!(
             step(
                 Outcome::Error(ErrorKind::FirstByteTimeout),
+                None,
                 &defaults,
                 false
             ),
@@ -691,15 +703,40 @@ mod tests {
         // A written triggerOn is the whole set: only what it lists moves on.
         let only_429 = Triggers::explicit(vec![StatusMatcher::parse("429").unwrap()], &[]);
         assert_eq!(
-            step(Outcome::Status(429), &only_429, false),
+            step(Outcome::Status(429), None, &only_429, false),
             (true, Step::Advance)
         );
         assert_eq!(
-            step(Outcome::Status(503), &only_429, false),
+            step(Outcome::Status(503), None, &only_429, false),
             (false, Step::Return)
         );
         assert_eq!(
-            step(Outcome::Error(ErrorKind::ConnectionError), &only_429, false),
+            step(
+                Outcome::Error(ErrorKind::ConnectionError),
+                None,
+                &only_429,
+                false
+            ),
+            (false, Step::Return)
+        );
+        // SPEC §11: a class listed in triggerOn.errors fires although the status (400) is not.
+        let context = Triggers::explicit_names(
+            Vec::new(),
+            &[crate::TriggerName::Class(
+                crate::ErrorClass::ContextLengthExceeded,
+            )],
+        );
+        assert_eq!(
+            step(
+                Outcome::Status(400),
+                Some(crate::ErrorClass::ContextLengthExceeded),
+                &context,
+                false
+            ),
+            (true, Step::Advance)
+        );
+        assert_eq!(
+            step(Outcome::Status(400), None, &context, false),
             (false, Step::Return)
         );
     }

@@ -5,6 +5,7 @@
 pub mod attempt;
 mod body;
 mod commit;
+mod hedge;
 pub mod pipe;
 pub mod relay;
 mod send;
@@ -14,9 +15,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sidetrack_config::{BreakerMode, StreamCommit};
+use sidetrack_config::{BreakerMode, RetryBudgetPolicy, StreamCommit};
 use sidetrack_dialects::ParsedRequest;
-use sidetrack_resilience::walk::{self, Admitted, Ineligible, Skip, Standing, Step};
+use sidetrack_resilience::retry::{self, AttemptKind, RetryDecision, RetryInputs, StoppedBy};
+use sidetrack_resilience::walk::{self, Admitted, Ineligible, Skip, Standing};
 use sidetrack_resilience::{ConditionInput, ErrorKind, Outcome, UnhealthyCondition};
 use smallvec::SmallVec;
 use tokio::time::Instant;
@@ -30,10 +32,24 @@ pub use attempt::Upstream;
 
 /// What the walk hands to the commit phase: the response to return (if any hop answered) and the
 /// record of every attempt and skip.
+#[derive(Default)]
 pub struct WalkOutput {
     pub attempts: Vec<AttemptRecord>,
     pub skipped: Vec<SkipRecord>,
     pub returned: Option<Returned>,
+    /// The request deadline passed before anything committed (SPEC §11: 504 `deadlineExceeded`).
+    pub deadline_exceeded: bool,
+    /// A hedge was started (`x-sidetrack-hedged: true`).
+    pub hedged: bool,
+    /// The gateway retried a hop (SPEC §6.5: its error then carries `x-should-retry: false`).
+    pub retried: bool,
+    /// The route (as walked) is one hop with one destination.
+    pub single_hop: bool,
+    /// An attempt was forced on an open breaker (the last-hop rule).
+    pub forced: bool,
+    /// When the walk returns no success: how long until the earliest open breaker on the route
+    /// lets a request through (SPEC §6.5 `Retry-After`).
+    pub earliest_reopen: Option<Duration>,
 }
 
 /// The hop whose result goes back to the caller.
@@ -44,6 +60,8 @@ pub struct Returned {
     pub outcome: Outcome,
     /// True when the outcome matched the hop's triggers (the chain ran out).
     pub fired: bool,
+    /// The delay the answer asked for (`retry-after-ms`, `Retry-After`, …), if any.
+    pub retry_after: Option<Duration>,
     /// `None` when the outcome is a transport error or UNROUTABLE: the gateway renders the error.
     pub upstream: Option<Upstream>,
     /// The destination's health, so a failure after commit is counted against it.
@@ -65,10 +83,18 @@ pub struct WalkInput<'a, 'p> {
     pub caller_headers: &'a http::HeaderMap,
     /// The gateway's request id (names translated responses).
     pub request_id: &'a str,
+    /// `defaults.maxAttempts`: attempts per request, hops + retries + hedges (SPEC §11).
+    pub max_attempts: u32,
+    /// `defaults.retryBudget`.
+    pub retry_budget: RetryBudgetPolicy,
+    /// `x-sidetrack-fallback: off` (SPEC §11 Caller overrides): the primary only, no retries.
+    pub fallback_off: bool,
 }
 
 /// A destination chosen for an attempt, with how it was admitted.
 struct Chosen<'p, 'a> {
+    /// Its position in the hop.
+    index: usize,
     dest: &'p Dest<'a>,
     health: Arc<DestHealth>,
     probe: Option<ProbeGuard>,
@@ -102,10 +128,16 @@ fn ineligible(dest: &Dest<'_>, req: &ParsedRequest) -> Option<Ineligible> {
 /// member whose breaker reopens soonest. Admission itself (taking a half-open probe slot) happens
 /// here, against the shared breaker: a member that lost its probe slot to another request since
 /// its standing was read is treated as open.
+///
+/// Within a hop (SPEC §11): members already `tried` are chosen again only for a retry (`again`)
+/// once every candidate was tried; the last-hop rule applies to the hop's first choice only. A
+/// member whose expected time to first byte does not fit before the deadline is
+/// `INELIGIBLE:deadline`.
 fn choose<'p, 'a>(
     hop: &'p Hop<'a>,
     input: &WalkInput<'_, '_>,
-    last_remaining: bool,
+    (last_remaining, first_choice): (bool, bool),
+    (tried, again): (&[bool], bool),
     skipped: &mut Vec<SkipNote>,
 ) -> Option<Chosen<'p, 'a>> {
     let health: SmallVec<[Arc<DestHealth>; 2]> = hop
@@ -114,12 +146,15 @@ fn choose<'p, 'a>(
         .map(|d| input.health.get(&d.target.name, &d.model))
         .collect();
     let respect_breakers = input.plan.breaker_mode == BreakerMode::Enabled;
+    let remaining = retry::remaining(Instant::now().into_std(), input.deadline.into_std());
     let mut candidates: SmallVec<[usize; 4]> = SmallVec::new();
     let mut open: SmallVec<[usize; 4]> = SmallVec::new();
     for (i, h) in health.iter().enumerate() {
+        let late = !retry::fits_deadline(remaining, h.expected_ttfb());
         let member = walk::Member {
             disabled: h.is_disabled(),
-            ineligible: ineligible(&hop.destinations[i], input.request),
+            ineligible: ineligible(&hop.destinations[i], input.request)
+                .or(late.then_some(Ineligible::Deadline)),
             admissible: !respect_breakers || input.health.can_admit(h),
         };
         match walk::standing(member, respect_breakers) {
@@ -128,7 +163,17 @@ fn choose<'p, 'a>(
             Standing::Skipped(why) => skipped.push((i, why, None)),
         }
     }
+    // Members tried already on this hop: again only for a retry once no untried one is left.
+    let untried: SmallVec<[usize; 4]> = candidates
+        .iter()
+        .copied()
+        .filter(|&i| !tried.get(i).copied().unwrap_or(false))
+        .collect();
+    if !untried.is_empty() || !again {
+        candidates = untried;
+    }
     let chosen = |i: usize, probe: Option<ProbeGuard>, admitted: Admitted| Chosen {
+        index: i,
         dest: &hop.destinations[i],
         health: health[i].clone(),
         probe,
@@ -153,7 +198,8 @@ fn choose<'p, 'a>(
         }
     }
     let reopening: SmallVec<[_; 4]> = open.iter().map(|&i| health[i].open_until()).collect();
-    let forced = walk::forced(last_remaining, &reopening).map(|pos| open.remove(pos));
+    let forced =
+        walk::forced(last_remaining && first_choice, &reopening).map(|pos| open.remove(pos));
     for o in open {
         skipped.push((o, Skip::BreakerOpen, None));
     }
@@ -202,75 +248,352 @@ fn later_hop_usable(hops: &[Hop<'_>], health: &Health, req: &ParsedRequest) -> b
 )]
 pub fn walk<'a, 'p>(input: WalkInput<'a, 'p>) -> impl Future<Output = WalkOutput> + use<'a, 'p> {
     async move {
-        let mut out = WalkOutput {
-            attempts: Vec::new(),
-            skipped: Vec::new(),
-            returned: None,
+        let mut w = Walker {
+            input: &input,
+            out: WalkOutput::default(),
+            attempts_made: 0,
         };
-        let hops = &input.plan.hops;
-        for (pos, hop) in hops.iter().enumerate() {
+        let all = &input.plan.hops;
+        // `x-sidetrack-fallback: off`: the primary hop only (and no retries, see `retry_wait`).
+        let hops = if input.fallback_off {
+            &all[..all.len().min(1)]
+        } else {
+            &all[..]
+        };
+        w.out.single_hop = hops.len() == 1 && hops[0].destinations.len() == 1;
+        let mut pos = 0;
+        while pos < hops.len() {
             if Instant::now() >= input.deadline {
-                break; // requestTimeoutMilliseconds: the last response (if any) is returned
-            }
-            let last_remaining = !later_hop_usable(&hops[pos + 1..], input.health, input.request);
-            let mut skips = Vec::new();
-            let chosen = choose(hop, &input, last_remaining, &mut skips);
-            for (i, why, detail) in skips {
-                record_skip(&mut out, &input, hop, &hop.destinations[i], (why, detail));
-            }
-            let Some(Chosen {
-                dest,
-                health,
-                probe,
-                admitted,
-            }) = chosen
-            else {
-                continue;
-            };
-            let is_last = pos + 1 == hops.len();
-
-            let span_start = input.metrics.traces().start(); // None (and nothing else) when off
-            let in_flight = health.in_flight();
-            let mut attempt = match attempt_one(dest, hop, &input).await {
-                Ok(a) => a,
-                Err(untranslatable) => {
-                    drop(probe); // releases a probe slot it may hold: no verdict
-                    let why = Skip::Ineligible(Ineligible::Translation);
-                    record_skip(&mut out, &input, hop, dest, (why, Some(untranslatable)));
-                    continue;
-                }
-            };
-            drop(in_flight);
-
-            let (fired, step) = walk::step(attempt.outcome, &hop.policy.triggers, is_last);
-            let chosen = (dest, &health, admitted);
-            let rec = record_attempt(&input, hop, chosen, &mut attempt, fired, probe);
-            if let Some(start) = span_start {
-                // The attempt span ends here: the attempt is classified and recorded.
-                let traces = input.metrics.traces();
-                traces.attempt(start, input.request_id, dest.target, &rec);
-            }
-            out.attempts.push(rec);
-            let upstream = if fired {
-                attempt.response.map(Upstream::into_buffered)
-            } else {
-                attempt.response
-            };
-            out.returned = Some(Returned {
-                hop: hop.index,
-                target: health.target.clone(),
-                model: health.model.clone(),
-                outcome: attempt.outcome,
-                fired,
-                upstream,
-                health,
-            });
-            if step == Step::Return {
+                w.out.deadline_exceeded = true;
                 break;
             }
+            match w.hop(hops, pos).await {
+                HopEnd::Next(n) => pos = n,
+                HopEnd::Done => break,
+            }
         }
-        out
+        if w.out.returned.as_ref().is_none_or(|r| r.fired) || w.out.deadline_exceeded {
+            w.out.earliest_reopen = earliest_reopen(&input);
+        }
+        w.out
     }
+}
+
+/// How a hop ended: go on at this hop position, or the walk is over.
+enum HopEnd {
+    Next(usize),
+    Done,
+}
+
+/// The walk's state across hops.
+struct Walker<'i, 'a, 'p> {
+    input: &'i WalkInput<'a, 'p>,
+    out: WalkOutput,
+    /// Attempts made by the request: hops, retries and hedges (SPEC §11 Attempt cap).
+    attempts_made: u32,
+}
+
+impl<'a, 'p> Walker<'_, 'a, 'p> {
+    /// Walks hop `pos`: its first attempt, retries and (in a priority group) the other members,
+    /// until one answer is returned, the hop is used up, or a hedge moved the walk on.
+    async fn hop(&mut self, hops: &'a [Hop<'p>], pos: usize) -> HopEnd {
+        let input = self.input;
+        let hop = &hops[pos];
+        let is_last = pos + 1 == hops.len();
+        let last_remaining = !later_hop_usable(&hops[pos + 1..], input.health, input.request);
+        let mut tried: SmallVec<[bool; 4]> = smallvec::smallvec![false; hop.destinations.len()];
+        let mut kind = AttemptKind::First;
+        let mut retries_made = 0u32;
+        loop {
+            if !retry::attempt_allowed(self.attempts_made, input.max_attempts) {
+                self.stop_last(StoppedBy::MaxAttempts);
+                return HopEnd::Done;
+            }
+            let first_choice = !tried.contains(&true);
+            let mut skips = Vec::new();
+            let again = kind == AttemptKind::Retry;
+            let chosen = choose(
+                hop,
+                input,
+                (last_remaining, first_choice),
+                (&tried, again),
+                &mut skips,
+            );
+            if first_choice {
+                for (i, why, detail) in skips {
+                    record_skip(
+                        &mut self.out,
+                        input,
+                        hop,
+                        &hop.destinations[i],
+                        (why, detail),
+                    );
+                }
+            }
+            let Some(chosen) = chosen else {
+                return HopEnd::Next(pos + 1);
+            };
+            tried[chosen.index] = true;
+            self.out.forced |= matches!(chosen.admitted, Admitted::Forced(_));
+            let hedge_to = hop
+                .policy
+                .hedge
+                .filter(|_| !is_last && !input.fallback_off)
+                .map(|h| (h.after, pos + 1));
+            let run = match hedge_to {
+                Some((after, next)) => {
+                    hedge::race(self, (hop, chosen, kind), (&hops[next], after)).await
+                }
+                None => self.attempt(hop, chosen, kind).await,
+            };
+            let fired = match run {
+                Ran::Untranslatable => continue,
+                Ran::Settled {
+                    fired,
+                    hedged: true,
+                } => {
+                    // A hedged pair is settled: its answer is returned, or both hops were used.
+                    return if fired && pos + 2 < hops.len() {
+                        HopEnd::Next(pos + 2)
+                    } else {
+                        HopEnd::Done
+                    };
+                }
+                Ran::Settled {
+                    fired,
+                    hedged: false,
+                } => fired,
+            };
+            if !fired {
+                return HopEnd::Done;
+            }
+            if Instant::now() >= input.deadline {
+                self.out.deadline_exceeded = true;
+                return HopEnd::Done;
+            }
+            match self.retry_decision(hop, retries_made) {
+                RetryDecision::Retry { after } => {
+                    tokio::time::sleep(after).await;
+                    retries_made += 1;
+                    kind = AttemptKind::Retry;
+                    self.out.retried = true;
+                }
+                RetryDecision::Advance(stopped) => {
+                    self.stop_last(stopped);
+                    if stopped.ends_walk() {
+                        return HopEnd::Done;
+                    }
+                    // A priority group tries each healthy member once before the walk leaves it.
+                    kind = AttemptKind::First;
+                    let untried = tried
+                        .iter()
+                        .zip(&hop.destinations)
+                        .any(|(t, d)| !t && member_usable(d, input));
+                    if !untried {
+                        return if is_last {
+                            HopEnd::Done
+                        } else {
+                            HopEnd::Next(pos + 1)
+                        };
+                    }
+                }
+            }
+        }
+    }
+
+    /// One attempt on `chosen`, recorded; `Ran::Settled.fired` says whether it triggered.
+    async fn attempt(&mut self, hop: &Hop<'_>, chosen: Chosen<'a, 'p>, kind: AttemptKind) -> Ran {
+        let input = self.input;
+        let started = self.begin(&chosen, kind);
+        let in_flight = chosen.health.in_flight();
+        let attempt = attempt_one(chosen.dest, hop, input).await;
+        drop(in_flight);
+        self.finish(hop, chosen, attempt, (kind, started))
+    }
+
+    /// An attempt starts: it counts toward `maxAttempts` and the destination's retry budget.
+    /// Returns the attempt span's start (when tracing is on).
+    fn begin(
+        &mut self,
+        chosen: &Chosen<'_, '_>,
+        kind: AttemptKind,
+    ) -> Option<std::time::SystemTime> {
+        let input = self.input;
+        self.attempts_made += 1;
+        input
+            .health
+            .note_attempt(&chosen.health, kind == AttemptKind::Retry);
+        if kind == AttemptKind::Retry {
+            chosen.health.metrics.retry();
+        }
+        input.metrics.traces().start() // None (and nothing else) when off
+    }
+
+    /// A finished attempt: recorded ([`Walker::settle`]), or — when the request cannot be put in
+    /// the destination's format — a skip that does not count as an attempt.
+    fn finish(
+        &mut self,
+        hop: &Hop<'_>,
+        chosen: Chosen<'a, 'p>,
+        attempt: Result<attempt::Attempt, String>,
+        (kind, span_start): (AttemptKind, Option<std::time::SystemTime>),
+    ) -> Ran {
+        let Chosen {
+            dest,
+            health,
+            probe,
+            admitted,
+            ..
+        } = chosen;
+        match attempt {
+            Ok(a) => {
+                let fired = self.settle(hop, (dest, health, admitted, probe), a, kind, span_start);
+                Ran::Settled {
+                    fired,
+                    hedged: false,
+                }
+            }
+            Err(untranslatable) => {
+                drop(probe); // releases a probe slot it may hold: no verdict
+                self.attempts_made = self.attempts_made.saturating_sub(1);
+                let why = Skip::Ineligible(Ineligible::Translation);
+                record_skip(
+                    &mut self.out,
+                    self.input,
+                    hop,
+                    dest,
+                    (why, Some(untranslatable)),
+                );
+                Ran::Untranslatable
+            }
+        }
+    }
+
+    /// Phases "classify" (the triggers) and "record health" for a finished attempt, and the
+    /// answer kept as the one to return. Returns whether the outcome fired the hop's triggers.
+    fn settle(
+        &mut self,
+        hop: &Hop<'_>,
+        (dest, health, admitted, probe): (&Dest<'_>, Arc<DestHealth>, Admitted, Option<ProbeGuard>),
+        mut attempt: attempt::Attempt,
+        kind: AttemptKind,
+        span_start: Option<std::time::SystemTime>,
+    ) -> bool {
+        let input = self.input;
+        let (fired, _) = walk::step(attempt.outcome, attempt.class, &hop.policy.triggers, false);
+        if let Some(code) = attempt.outcome.status() {
+            health.metrics.upstream_response(code);
+        }
+        let chosen = (dest, &health, admitted);
+        let mut rec = record_attempt(input, hop, chosen, &mut attempt, fired, probe);
+        rec.kind = kind;
+        if let Some(start) = span_start {
+            // The attempt span ends here: the attempt is classified and recorded.
+            let traces = input.metrics.traces();
+            traces.attempt(start, input.request_id, dest.target, &rec);
+        }
+        self.out.attempts.push(rec);
+        let upstream = if fired {
+            attempt.response.map(Upstream::into_buffered)
+        } else {
+            attempt.response
+        };
+        self.out.returned = Some(Returned {
+            hop: hop.index,
+            target: health.target.clone(),
+            model: health.model.clone(),
+            outcome: attempt.outcome,
+            fired,
+            retry_after: attempt.retry_after,
+            upstream,
+            health,
+        });
+        fired
+    }
+
+    /// The retry decision for the hop's last attempt (SPEC §11), by [`retry::decide_retry`].
+    fn retry_decision(&self, hop: &Hop<'_>, retries_made: u32) -> RetryDecision {
+        let input = self.input;
+        let Some(returned) = &self.out.returned else {
+            return RetryDecision::Advance(StoppedBy::NotRetryable);
+        };
+        let class = self.out.attempts.last().and_then(|a| a.error_class);
+        let policy = hop.policy.retry.as_ref().filter(|_| !input.fallback_off);
+        let matched = hop.policy.retry_on().fires_with(&returned.outcome, class);
+        let health = &returned.health;
+        let (ratio, floor) = (input.retry_budget.ratio, input.retry_budget.min_per_second);
+        let max_backoff = policy.map_or(Duration::ZERO, |p| p.max_backoff);
+        let jittered = policy.map_or(Duration::ZERO, |p| {
+            let rand01 = input.picker.below(1 << 20) as f64 / f64::from(1u32 << 20);
+            retry::backoff(retries_made, p.backoff, p.max_backoff, rand01)
+        });
+        let decision = retry::decide_retry(RetryInputs {
+            matched,
+            retries_made,
+            attempts: policy.map_or(0, |p| p.attempts),
+            breaker_admits: input.plan.breaker_mode == BreakerMode::Disabled
+                || input.health.can_admit(health),
+            budget_allows: input.health.retry_allowed(health, ratio, floor),
+            attempts_so_far: self.attempts_made,
+            max_attempts: input.max_attempts,
+            retry_after_ms: None,
+            retry_after: returned.retry_after,
+            max_backoff,
+            remaining: retry::remaining(Instant::now().into_std(), input.deadline.into_std()),
+            expected_ttfb: health.expected_ttfb(),
+            jittered,
+        });
+        if decision == RetryDecision::Advance(StoppedBy::RetryBudget) {
+            health.metrics.retry_budget_exhausted();
+        }
+        decision
+    }
+
+    /// Notes on the last attempt why its hop was not attempted again. "No retry configured" is
+    /// the ordinary case and is not written.
+    fn stop_last(&mut self, stopped: StoppedBy) {
+        let Some(last) = self.out.attempts.last_mut() else {
+            return;
+        };
+        if last.outcome.is_success() || last.outcome == Outcome::Cancelled {
+            return;
+        }
+        if stopped != StoppedBy::AttemptsUsed || self.out.retried {
+            last.stopped_by = Some(stopped);
+        }
+    }
+}
+
+/// What running a chosen destination came to.
+enum Ran {
+    /// The request cannot be put in the destination's format: a skip, not an attempt.
+    Untranslatable,
+    /// Recorded; `fired`: the kept answer matched its hop's triggers. `hedged`: a hedge was raced
+    /// and the pair is settled (the kept answer is the winner's, or the later hop's).
+    Settled { fired: bool, hedged: bool },
+}
+
+/// Could `d` be chosen at all (not switched off, not ineligible)? Its breaker is asked by
+/// [`choose`].
+fn member_usable(d: &Dest<'_>, input: &WalkInput<'_, '_>) -> bool {
+    ineligible(d, input.request).is_none()
+        && !input
+            .health
+            .find(&d.target.name, &d.model)
+            .is_some_and(|x| x.is_disabled())
+}
+
+/// The earliest moment an open breaker on the route lets a request through again (SPEC §6.5).
+fn earliest_reopen(input: &WalkInput<'_, '_>) -> Option<Duration> {
+    let now = input.health.now();
+    input
+        .plan
+        .hops
+        .iter()
+        .flat_map(|h| &h.destinations)
+        .filter_map(|d| input.health.find(&d.target.name, &d.model)?.open_until())
+        .map(|until| until.saturating_duration_since(now))
+        .min()
 }
 
 /// Phase "record health" and the attempt's record: the verdict goes to the destination's breaker,
@@ -302,6 +625,9 @@ fn record_attempt(
         duration_ms: ms(attempt.duration),
         first_byte_ms: attempt.first_byte.map(ms),
         breaker: walk::attempt_breaker_label(admitted),
+        kind: AttemptKind::First,
+        error_class: attempt.class,
+        stopped_by: None,
     }
 }
 

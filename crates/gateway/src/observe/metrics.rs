@@ -108,9 +108,13 @@ pub enum AttemptOutcome {
     ConnectionError,
     FirstByteTimeout,
     Unroutable,
+    Cancelled,
 }
 
 impl AttemptOutcome {
+    /// How many outcomes there are (the size of a destination's handle array).
+    pub const COUNT: usize = AttemptOutcome::Cancelled as usize + 1;
+
     pub fn as_str(self) -> &'static str {
         match self {
             AttemptOutcome::Success => "SUCCESS",
@@ -118,6 +122,7 @@ impl AttemptOutcome {
             AttemptOutcome::ConnectionError => "CONNECTION_ERROR",
             AttemptOutcome::FirstByteTimeout => "FIRST_BYTE_TIMEOUT",
             AttemptOutcome::Unroutable => "UNROUTABLE",
+            AttemptOutcome::Cancelled => "CANCELLED",
         }
     }
 }
@@ -130,6 +135,7 @@ impl From<Outcome> for AttemptOutcome {
             Outcome::Error(ErrorKind::ConnectionError) => AttemptOutcome::ConnectionError,
             Outcome::Error(ErrorKind::FirstByteTimeout) => AttemptOutcome::FirstByteTimeout,
             Outcome::Error(ErrorKind::Unroutable) => AttemptOutcome::Unroutable,
+            Outcome::Cancelled => AttemptOutcome::Cancelled,
         }
     }
 }
@@ -218,6 +224,7 @@ const REASONS: &[&str] = &[
     "chainExhausted",
     "noEligibleDestination",
     "unroutable",
+    "deadlineExceeded",
 ];
 
 fn rule_label(rule: &str) -> Cow<'static, str> {
@@ -295,6 +302,38 @@ pub struct TransitionLabels {
     pub target: String,
     pub model: String,
     pub to: BreakerTo,
+}
+
+/// `hedges_total{result}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HedgeResult {
+    Won,
+    Lost,
+}
+
+impl HedgeResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HedgeResult::Won => "won",
+            HedgeResult::Lost => "lost",
+        }
+    }
+}
+label_value_as_str!(HedgeResult);
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct HedgeLabels {
+    pub target: String,
+    pub model: String,
+    pub result: HedgeResult,
+}
+
+/// `upstream_responses_total{code}`: a status code (100–599, so the set is bounded).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ResponseLabels {
+    pub target: String,
+    pub model: String,
+    pub code: u16,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -382,6 +421,12 @@ pub struct Metrics {
     attempt_duration: HistogramFamily<DestinationLabels>,
     tokens: Family<TokenLabels, Counter>,
     mid_stream_errors: Family<DestinationLabels, Counter>,
+    /// SPEC §11: retries made, retries the budget refused, hedges started (by won|lost), and
+    /// every upstream answer by its status code.
+    retries: Family<DestinationLabels, Counter>,
+    retry_budget_exhausted: Family<DestinationLabels, Counter>,
+    hedges: Family<HedgeLabels, Counter>,
+    upstream_responses: Family<ResponseLabels, Counter>,
     /// 1 while the shared state store (Redis) answers within its budget, 0 while serving on local
     /// state (SPEC §10). Set to 1 at start when a store is configured.
     state_backend_up: Gauge,
@@ -426,6 +471,10 @@ impl Metrics {
             attempt_duration: Family::new_with_constructor(latency_histogram),
             tokens: Family::default(),
             mid_stream_errors: Family::default(),
+            retries: Family::default(),
+            retry_budget_exhausted: Family::default(),
+            hedges: Family::default(),
+            upstream_responses: Family::default(),
             state_backend_up: Gauge::default(),
             routing_log_dropped: log.dropped(),
             traces: crate::observe::Traces::off(),
@@ -518,6 +567,26 @@ impl Metrics {
             "mid_stream_errors",
             "Streams that failed after the commit point",
             self.mid_stream_errors.clone(),
+        );
+        r.register(
+            "retries",
+            "Retries of the same hop (SPEC §11), by destination",
+            self.retries.clone(),
+        );
+        r.register(
+            "retry_budget_exhausted",
+            "Retries not made because the destination's retry budget was spent",
+            self.retry_budget_exhausted.clone(),
+        );
+        r.register(
+            "hedges",
+            "Hedged attempts started, by the hedge's destination and whether it won or lost",
+            self.hedges.clone(),
+        );
+        r.register(
+            "upstream_responses",
+            "Upstream HTTP answers, by destination and status code",
+            self.upstream_responses.clone(),
         );
         self
     }
@@ -616,7 +685,12 @@ impl Metrics {
             time_to_first_byte: OnceLock::new(),
             attempts_family: self.attempts.clone(),
             tokens_family: self.tokens.clone(),
+            retries_family: self.retries.clone(),
+            budget_family: self.retry_budget_exhausted.clone(),
+            hedges_family: self.hedges.clone(),
+            responses_family: self.upstream_responses.clone(),
             attempts: Default::default(),
+            ok_responses: OnceLock::new(),
             tokens: Default::default(),
             labels,
         }
@@ -721,7 +795,13 @@ pub struct DestMetrics {
     time_to_first_byte: OnceLock<Histogram>,
     attempts_family: Family<AttemptLabels, Counter>,
     tokens_family: Family<TokenLabels, Counter>,
-    attempts: [OnceLock<Counter>; 5],
+    retries_family: Family<DestinationLabels, Counter>,
+    budget_family: Family<DestinationLabels, Counter>,
+    hedges_family: Family<HedgeLabels, Counter>,
+    responses_family: Family<ResponseLabels, Counter>,
+    attempts: [OnceLock<Counter>; AttemptOutcome::COUNT],
+    /// `upstream_responses_total{code="200"}`, the one code on the healthy path.
+    ok_responses: OnceLock<Counter>,
     tokens: [OnceLock<Counter>; 2],
 }
 
@@ -776,6 +856,42 @@ impl DestMetrics {
                         .clone()
                 })
                 .observe(ttfb.as_secs_f64());
+        }
+    }
+
+    /// A retry of this destination was made.
+    pub fn retry(&self) {
+        self.retries_family.get_or_create(&self.labels).inc();
+    }
+
+    /// A retry of this destination was refused by its retry budget.
+    pub fn retry_budget_exhausted(&self) {
+        self.budget_family.get_or_create(&self.labels).inc();
+    }
+
+    /// A hedge to this destination ended: it won (its answer went to the caller) or lost.
+    pub fn hedge(&self, result: HedgeResult) {
+        let labels = HedgeLabels {
+            target: self.labels.target.clone(),
+            model: self.labels.model.clone(),
+            result,
+        };
+        self.hedges_family.get_or_create(&labels).inc();
+    }
+
+    /// An HTTP answer from this destination, by its status code.
+    pub fn upstream_response(&self, code: u16) {
+        let labels = || ResponseLabels {
+            target: self.labels.target.clone(),
+            model: self.labels.model.clone(),
+            code,
+        };
+        if code == 200 {
+            self.ok_responses
+                .get_or_init(|| self.responses_family.get_or_create(&labels()).clone())
+                .inc();
+        } else {
+            self.responses_family.get_or_create(&labels()).inc();
         }
     }
 

@@ -26,12 +26,21 @@ pub struct AttemptRecord {
     pub hop: usize,
     pub target: Arc<str>,
     pub model: Arc<str>,
+    /// `FIRST`, `RETRY` or `HEDGE` (SPEC §11).
+    pub kind: sidetrack_resilience::retry::AttemptKind,
     pub outcome: sidetrack_resilience::Outcome,
     pub status: Option<u16>,
     pub error_kind: Option<&'static str>,
+    /// What the provider's error answer says went wrong (SPEC §11 "Error classes").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_class: Option<sidetrack_resilience::ErrorClass>,
     /// The knob or event behind a failure, e.g. `firstByteTimeoutMilliseconds`, `streamErrorEvent`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// Why a failed attempt's hop was not attempted again (SPEC §11), when it had a retry to use
+    /// or a request-wide rule stopped it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_by: Option<sidetrack_resilience::retry::StoppedBy>,
     pub duration_ms: f64,
     pub first_byte_ms: Option<f64>,
     pub breaker: &'static str,
@@ -82,6 +91,8 @@ pub struct RoutingRecord {
     pub mid_stream_error: bool,
     pub latency_ms: f64,
     pub ttft_ms: Option<f64>,
+    /// The request's time budget (SPEC §11 Deadline), in milliseconds.
+    pub deadline_ms: u64,
     pub usage: Option<UsageRecord>,
 }
 
@@ -504,6 +515,7 @@ mod tests {
             mid_stream_error: false,
             latency_ms: 1.0,
             ttft_ms: None,
+            deadline_ms: 900_000,
             usage: None,
         }
     }

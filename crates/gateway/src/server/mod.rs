@@ -213,7 +213,9 @@ fn handle(
         let rt = shared.runtime.load_full();
         let server = &rt.config.server;
         let mut ctx = RequestCtx::new(&shared, dialect, path, server);
-        let deadline = ctx.started + server.request_timeout;
+        let budget = request_budget(server, &parts.headers);
+        let deadline = ctx.started + budget;
+        ctx.deadline_ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
 
         // authenticate
         let principal: Arc<Principal> = match authenticate(&rt, &parts.headers) {
@@ -288,12 +290,40 @@ fn handle(
             metrics: &shared.metrics,
             caller_headers: &parts.headers,
             request_id: ctx.request_id.as_str(),
+            max_attempts: rt.config.defaults.max_attempts,
+            retry_budget: rt.config.defaults.retry_budget,
+            fallback_off: server.caller_overrides && fallback_off(&parts.headers),
         })
         .await;
 
         // commit and respond
         ctx.commit(out, &rt.secrets)
     }
+}
+
+/// The request's time budget (SPEC §11 Deadline): `server.requestTimeoutMilliseconds`, or the
+/// caller's own deadline when it is sooner — `x-stainless-timeout` when `server.callerDeadline`,
+/// and `x-sidetrack-timeout-ms` when `server.callerOverrides` too.
+fn request_budget(server: &sidetrack_config::Server, headers: &HeaderMap) -> std::time::Duration {
+    if !server.caller_deadline {
+        return server.request_timeout;
+    }
+    let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let ms = server
+        .caller_overrides
+        .then(|| value("x-sidetrack-timeout-ms"))
+        .flatten();
+    match sidetrack_resilience::retry::caller_timeout(ms, value("x-stainless-timeout")) {
+        Some(caller) => caller.min(server.request_timeout),
+        None => server.request_timeout,
+    }
+}
+
+/// `x-sidetrack-fallback: off` (SPEC §11 Caller overrides).
+fn fallback_off(headers: &HeaderMap) -> bool {
+    headers
+        .get("x-sidetrack-fallback")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"off"))
 }
 
 /// Why a request is refused before routing: the error kind, the message, and the routing log's

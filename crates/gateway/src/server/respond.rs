@@ -8,7 +8,7 @@ use axum::response::Response;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use sidetrack_config::{CallerRetryHint, Server};
 use sidetrack_dialects::{Dialect, GatewayErrorKind};
-use sidetrack_resilience::{walk, ErrorKind, Outcome};
+use sidetrack_resilience::{retry, walk, ErrorKind, Outcome};
 use tokio::time::Instant;
 
 use super::finish::{finish_record, settle, Finish, CALLER_CANCELLED, CLIENT_CLOSED_REQUEST};
@@ -30,6 +30,7 @@ static ATTEMPTS: HeaderName = HeaderName::from_static("x-sidetrack-attempts");
 static FALLBACK_HOP: HeaderName = HeaderName::from_static("x-sidetrack-fallback-hop");
 static SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
 static RETRY_AFTER_MS: HeaderName = HeaderName::from_static("retry-after-ms");
+static HEDGED: HeaderName = HeaderName::from_static("x-sidetrack-hedged");
 
 /// What is known about a request as it moves through the phases. Dropped before it finished (the
 /// caller went away and the server dropped the request's future), it writes the request's record
@@ -48,6 +49,8 @@ pub struct RequestCtx {
     pub rule_name: Option<String>,
     pub match_type: Option<&'static str>,
     pub streamed: bool,
+    /// The request's time budget in milliseconds (the routing log's `deadlineMs`).
+    pub deadline_ms: u64,
     headers_on: bool,
     retry_hint: CallerRetryHint,
     /// The request span's start, when tracing is on (SPEC §7.3).
@@ -98,6 +101,7 @@ impl RequestCtx {
             rule_name: None,
             match_type: None,
             streamed: false,
+            deadline_ms: u64::try_from(server.request_timeout.as_millis()).unwrap_or(u64::MAX),
             headers_on: server.response_headers,
             retry_hint: server.caller_retry_hint,
             reservation: None,
@@ -136,6 +140,7 @@ impl RequestCtx {
             mid_stream_error: false,
             latency_ms: ms(self.started.elapsed()),
             ttft_ms: None,
+            deadline_ms: self.deadline_ms,
             usage: None,
         }
     }
@@ -204,10 +209,14 @@ impl RequestCtx {
     /// Turns the walk's result into the caller's response (the commit point).
     /// `secrets`: the credentials of the config the request ran under, redacted from upstream
     /// error messages.
-    pub fn commit(mut self, out: WalkOutput, secrets: &boundary::Secrets) -> Response {
+    pub fn commit(mut self, mut out: WalkOutput, secrets: &boundary::Secrets) -> Response {
         let attempts = out.attempts.len();
-        let Some(returned) = out.returned else {
-            return self.no_destination(out.skipped);
+        let hint = Hint::of(&out);
+        if out.deadline_exceeded {
+            return self.deadline_exceeded(out, hint);
+        }
+        let Some(returned) = out.returned.take() else {
+            return self.no_destination(out.skipped, hint);
         };
         let Returned {
             hop,
@@ -215,6 +224,7 @@ impl RequestCtx {
             model,
             outcome,
             fired,
+            retry_after,
             upstream,
             health,
         } = returned;
@@ -222,7 +232,17 @@ impl RequestCtx {
         let (mut resp, live, usage) =
             self.response_for(upstream, outcome, (&target, &model), secrets);
         let status = resp.status().as_u16();
-        self.decorate(resp.headers_mut(), &health, attempts, hop, status);
+        let hint = Hint {
+            upstream_retry_after: retry_after,
+            ..hint
+        };
+        self.decorate(
+            resp.headers_mut(),
+            Some(&health),
+            (attempts, hop),
+            status,
+            hint,
+        );
 
         let served = status < 400 && !fired;
         let reason = walk::reason(outcome, fired, hop, attempts).label();
@@ -252,16 +272,52 @@ impl RequestCtx {
     }
 
     /// Nothing on the route could be attempted (all ineligible or switched off): 503.
-    fn no_destination(mut self, skipped: Vec<crate::observe::SkipRecord>) -> Response {
+    fn no_destination(mut self, skipped: Vec<crate::observe::SkipRecord>, hint: Hint) -> Response {
         let msg = "no destination of this route could be attempted (all ineligible or disabled)";
-        let resp = error_response(
+        let mut resp = error_response(
             self.dialect,
             GatewayErrorKind::Unavailable,
             msg,
             Some(self.request_id.as_str()),
         );
+        self.decorate(resp.headers_mut(), None, (0, 0), 503, hint);
         let mut rec = self.record(RequestOutcome::Error, "noEligibleDestination", 503);
         rec.skipped = skipped;
+        self.finish(rec, None);
+        resp
+    }
+
+    /// The request deadline passed before anything committed (SPEC §11): 504 in the caller's
+    /// dialect, reason `deadlineExceeded`.
+    fn deadline_exceeded(mut self, out: WalkOutput, hint: Hint) -> Response {
+        let msg = format!(
+            "the request's deadline ({} ms) passed before any destination answered",
+            self.deadline_ms
+        );
+        let mut resp = error_response(
+            self.dialect,
+            GatewayErrorKind::GatewayTimeout,
+            &msg,
+            Some(self.request_id.as_str()),
+        );
+        let status = resp.status().as_u16();
+        let hop = out.returned.as_ref().map(|r| r.hop);
+        let hint = Hint {
+            upstream_retry_after: out.returned.as_ref().and_then(|r| r.retry_after),
+            ..hint
+        };
+        let attempts = out.attempts.len();
+        self.decorate(
+            resp.headers_mut(),
+            None,
+            (attempts, hop.unwrap_or(0)),
+            status,
+            hint,
+        );
+        let mut rec = self.record(RequestOutcome::Error, DEADLINE_EXCEEDED, status);
+        rec.fallback_hop = hop;
+        rec.attempts = out.attempts;
+        rec.skipped = out.skipped;
         self.finish(rec, None);
         resp
     }
@@ -336,34 +392,46 @@ impl RequestCtx {
         }
     }
 
-    /// The `x-sidetrack-*` headers (SPEC §6.4) and the caller retry hint (SPEC §6.5).
+    /// The `x-sidetrack-*` headers (SPEC §6.4, §11) and the caller retry hint (SPEC §6.5).
     fn decorate(
         &self,
         h: &mut http::HeaderMap,
-        health: &DestHealth,
-        attempts: usize,
-        hop: usize,
+        health: Option<&DestHealth>,
+        (attempts, hop): (usize, usize),
         status: u16,
+        hint: Hint,
     ) {
         if self.headers_on {
-            h.reserve(4);
+            h.reserve(5);
             if let Ok(id) = HeaderValue::from_str(self.request_id.as_str()) {
                 h.insert(REQUEST_ID.clone(), id);
             }
-            if let Some(v) = &health.served_by {
+            if let Some(v) = health.and_then(|h| h.served_by.as_ref()) {
                 h.insert(SERVED_BY.clone(), v.clone());
             }
             h.insert(ATTEMPTS.clone(), small_number(attempts));
             h.insert(FALLBACK_HOP.clone(), small_number(hop));
+            if hint.hedged {
+                h.insert(HEDGED.clone(), HeaderValue::from_static("true"));
+            }
         }
-        // The header lookups come last: most answers are settled by the cheaper tests.
-        if self.retry_hint == CallerRetryHint::Auto
-            && status >= 400
-            && attempts >= 2
-            && !(h.contains_key(RETRY_AFTER) || h.contains_key(&RETRY_AFTER_MS))
-        {
-            // The chain already tried alternatives; SDK retries would multiply upstream calls.
+        if self.retry_hint != CallerRetryHint::Auto || status < 400 {
+            return;
+        }
+        let (no_retry, after) = retry::retry_hint(
+            !hint.policy_applied,
+            false,
+            hint.earliest_reopen,
+            hint.upstream_retry_after,
+        );
+        if no_retry {
+            // The gateway already applied its policy; SDK retries would multiply upstream calls.
             h.insert(SHOULD_RETRY.clone(), HeaderValue::from_static("false"));
+        }
+        if let Some(after) = after {
+            let v = retry::retry_after_values(after);
+            h.insert(RETRY_AFTER, HeaderValue::from(v.seconds));
+            h.insert(RETRY_AFTER_MS.clone(), HeaderValue::from(v.millis));
         }
     }
 
@@ -389,6 +457,37 @@ impl RequestCtx {
         let body = RelayBody::new(held, rest, pipe, self.dialect, deadline, finish);
         let (parts, _) = resp.into_parts();
         Response::from_parts(parts, Body::new(body))
+    }
+}
+
+/// The routing log's `reason` when the request deadline passed before the commit (SPEC §11).
+pub(crate) const DEADLINE_EXCEEDED: &str = "deadlineExceeded";
+
+/// What the caller retry hint (SPEC §6.5) and `x-sidetrack-hedged` read of the walk.
+#[derive(Clone, Copy)]
+struct Hint {
+    /// The gateway applied its own policy: more than one hop, a skip, a retry, a forced attempt
+    /// on an open breaker, or the deadline. Only an error without any of these passes through
+    /// without `x-should-retry: false`.
+    policy_applied: bool,
+    earliest_reopen: Option<std::time::Duration>,
+    upstream_retry_after: Option<std::time::Duration>,
+    hedged: bool,
+}
+
+impl Hint {
+    fn of(out: &WalkOutput) -> Hint {
+        Hint {
+            policy_applied: !out.single_hop
+                || out.attempts.len() != 1
+                || !out.skipped.is_empty()
+                || out.retried
+                || out.forced
+                || out.deadline_exceeded,
+            earliest_reopen: out.earliest_reopen,
+            upstream_retry_after: None,
+            hedged: out.hedged,
+        }
     }
 }
 

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use arc_swap::ArcSwap;
 use sidetrack_config::{BreakerPolicy, Config};
+use sidetrack_resilience::retry::RetryBudget;
 use sidetrack_resilience::{
     Admission, Breaker, BreakerConfig, BreakerState, Probe, SharedBreaker, Transition,
     UnhealthyCondition,
@@ -40,6 +41,9 @@ struct Inner {
     breaker: Breaker,
     last_transition: Option<(Transition, SystemTime)>,
     ttfb_ewma_ms: Option<f64>,
+    /// Its retries and first attempts over the last 10 s (SPEC §11 Retry budget); made at the
+    /// first attempt, so its clock starts then.
+    budget: Option<RetryBudget>,
 }
 
 /// The health of one destination.
@@ -119,6 +123,7 @@ impl DestHealth {
                 breaker: Breaker::new(cfg),
                 last_transition: None,
                 ttfb_ewma_ms: None,
+                budget: None,
             }),
             disabled: AtomicBool::new(false),
             in_flight: AtomicU32::new(0),
@@ -176,6 +181,17 @@ impl DestHealth {
         };
         let pending = f64::from(self.in_flight.load(Ordering::Relaxed));
         (health / 100.0) / ((1.0 + ttfb) * (1.0 + pending))
+    }
+
+    /// Its expected time to first byte (SPEC §11 Deadline): the EWMA, zero when unmeasured.
+    pub fn expected_ttfb(&self) -> Duration {
+        let ms = self
+            .inner
+            .lock()
+            .ok()
+            .and_then(|i| i.ttfb_ewma_ms)
+            .unwrap_or(0.0);
+        Duration::try_from_secs_f64(ms / 1000.0).unwrap_or_default()
     }
 
     /// When its open breaker lets a probe through (`None` unless open).
@@ -459,6 +475,30 @@ impl Health {
             }),
             Admission::Skip => Admit::Skip,
         }
+    }
+
+    /// Notes an attempt on `d` in its retry budget: a retry of it, or any other attempt (a first
+    /// attempt, a fallback or hedge arriving from elsewhere).
+    pub fn note_attempt(&self, d: &DestHealth, retry: bool) {
+        let now = self.now();
+        if let Ok(mut i) = d.inner.lock() {
+            let b = i.budget.get_or_insert_with(|| RetryBudget::new(now));
+            if retry {
+                b.record_retry(now);
+            } else {
+                b.record_first(now);
+            }
+        }
+    }
+
+    /// Does `d`'s retry budget allow one more retry now?
+    pub fn retry_allowed(&self, d: &DestHealth, ratio: f64, min_per_second: f64) -> bool {
+        let now = self.now();
+        d.inner.lock().is_ok_and(|i| {
+            i.budget
+                .as_ref()
+                .is_none_or(|b| b.allows_retry(now, ratio, min_per_second))
+        })
     }
 
     /// Could `d` be admitted now (closed, or a free probe slot)? Does not take the slot.

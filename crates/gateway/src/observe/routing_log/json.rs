@@ -66,6 +66,8 @@ impl LineWriter {
         float(out, rec.latency_ms);
         out.extend_from_slice(b",\"ttftMs\":");
         opt_float(out, rec.ttft_ms);
+        out.extend_from_slice(b",\"deadlineMs\":");
+        uint(out, rec.deadline_ms);
         out.extend_from_slice(b",\"usage\":");
         match &rec.usage {
             Some(u) => {
@@ -138,15 +140,25 @@ fn attempt(out: &mut Vec<u8>, a: &AttemptRecord) {
     string(out, &a.target);
     out.extend_from_slice(b",\"model\":");
     string(out, &a.model);
+    out.extend_from_slice(b",\"kind\":");
+    string(out, a.kind.as_str());
     out.extend_from_slice(b",\"outcome\":");
     string(out, a.outcome.label());
     out.extend_from_slice(b",\"status\":");
     opt_uint(out, a.status.map(u64::from));
     out.extend_from_slice(b",\"errorKind\":");
     opt_string(out, a.error_kind);
+    if let Some(class) = a.error_class {
+        out.extend_from_slice(b",\"errorClass\":");
+        string(out, class.as_str());
+    }
     if let Some(detail) = &a.detail {
         out.extend_from_slice(b",\"detail\":");
         string(out, detail);
+    }
+    if let Some(stopped) = a.stopped_by {
+        out.extend_from_slice(b",\"stoppedBy\":");
+        string(out, stopped.as_str());
     }
     out.extend_from_slice(b",\"durationMs\":");
     float(out, a.duration_ms);
@@ -291,6 +303,9 @@ mod tests {
         f64::MAX,
     ];
 
+    use sidetrack_resilience::retry::{AttemptKind, StoppedBy};
+    use sidetrack_resilience::ErrorClass;
+
     fn attempt(i: usize) -> AttemptRecord {
         AttemptRecord {
             hop: i * 7,
@@ -307,6 +322,9 @@ mod tests {
             duration_ms: FLOATS[i % FLOATS.len()],
             first_byte_ms: (!i.is_multiple_of(5)).then_some(FLOATS[(i + 4) % FLOATS.len()]),
             breaker: ["CLOSED", "HALF_OPEN", "OPEN"][i % 3],
+            kind: [AttemptKind::First, AttemptKind::Retry, AttemptKind::Hedge][i % 3],
+            error_class: (i % 3 == 1).then_some(ErrorClass::ContextLengthExceeded),
+            stopped_by: (i % 4 == 2).then_some(StoppedBy::RetryBudget),
         }
     }
 
@@ -370,6 +388,7 @@ mod tests {
             mid_stream_error: i.is_multiple_of(7),
             latency_ms: FLOATS[(i + 1) % FLOATS.len()],
             ttft_ms: (i.is_multiple_of(2)).then_some(FLOATS[(i + 2) % FLOATS.len()]),
+            deadline_ms: (i as u64) * 1000,
             usage: (i % 3 != 2).then_some(UsageRecord {
                 input_tokens: i as u64 * 1_000_003,
                 output_tokens: if i.is_multiple_of(5) {
