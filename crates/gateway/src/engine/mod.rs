@@ -43,8 +43,6 @@ pub struct WalkOutput {
     pub hedged: bool,
     /// The gateway retried a hop (SPEC §6.5: its error then carries `x-should-retry: false`).
     pub retried: bool,
-    /// The route (as walked) is one hop with one destination.
-    pub single_hop: bool,
     /// An attempt was forced on an open breaker (the last-hop rule).
     pub forced: bool,
     /// When the walk returns no success: how long until the earliest open breaker on the route
@@ -260,7 +258,6 @@ pub fn walk<'a, 'p>(input: WalkInput<'a, 'p>) -> impl Future<Output = WalkOutput
         } else {
             &all[..]
         };
-        w.out.single_hop = hops.len() == 1 && hops[0].destinations.len() == 1;
         let mut pos = 0;
         while pos < hops.len() {
             if Instant::now() >= input.deadline {

@@ -466,9 +466,10 @@ pub(crate) const DEADLINE_EXCEEDED: &str = "deadlineExceeded";
 /// What the caller retry hint (SPEC §6.5) and `x-sidetrack-hedged` read of the walk.
 #[derive(Clone, Copy)]
 struct Hint {
-    /// The gateway applied its own policy: more than one hop, a skip, a retry, a forced attempt
-    /// on an open breaker, or the deadline. Only an error without any of these passes through
-    /// without `x-should-retry: false`.
+    /// The gateway applied its own policy: more than one attempt, a skip, a retry, a forced
+    /// attempt on an open breaker, or the deadline. Only the error of a walk that was a single
+    /// attempt with none of these (one hop's answer) passes through without
+    /// `x-should-retry: false`.
     policy_applied: bool,
     earliest_reopen: Option<std::time::Duration>,
     upstream_retry_after: Option<std::time::Duration>,
@@ -478,8 +479,7 @@ struct Hint {
 impl Hint {
     fn of(out: &WalkOutput) -> Hint {
         Hint {
-            policy_applied: !out.single_hop
-                || out.attempts.len() != 1
+            policy_applied: out.attempts.len() != 1
                 || !out.skipped.is_empty()
                 || out.retried
                 || out.forced
