@@ -393,6 +393,58 @@ fn redacted_json_hides_every_secret() {
     assert!(!format!("{c:?}").contains("sk-openai-secret"));
 }
 
+/// `GET /admin/config` shows the retry controller's keys (SPEC §11), effective and defaulted.
+#[test]
+fn redacted_json_shows_the_retry_controllers_keys() {
+    let src = "server: { callerDeadline: false }\n\
+               defaults: { maxAttempts: 5, retryBudget: { ratio: 0.5 } }\n\
+               targets: [ { name: a, provider: openai }, { name: b, provider: openai } ]\n\
+               rules:\n  - priority: 1\n    routeToTarget:\n      staticRoute: { target: a }\n      \
+               fallback:\n        triggerOn: { errors: [CONTEXT_LENGTH_EXCEEDED, FIRST_TOKEN_TIMEOUT] }\n        \
+               firstTokenTimeoutMilliseconds: 8000\n        streamIdleTimeoutMilliseconds: 30000\n        \
+               retry: { attempts: 2, on: { statusCodes: [\"429\"], errors: [CONNECTION_ERROR] } }\n        \
+               hedge: { afterMilliseconds: 1500 }\n        targetFallback: [ { target: b, retry: {} } ]\n";
+    let v = load(src).unwrap().redacted_json();
+    assert_eq!(v["server"]["callerDeadline"], false);
+    assert_eq!(v["server"]["callerOverrides"], true);
+    assert_eq!(v["defaults"]["maxAttempts"], 5);
+    assert_eq!(
+        v["defaults"]["retryBudget"],
+        serde_json::json!({ "ratio": 0.5, "minPerSecond": 5.0 })
+    );
+    let fb = &v["rules"][0]["routeToTarget"]["fallback"];
+    assert_eq!(
+        fb["triggerOn"],
+        serde_json::json!({
+            "statusCodes": [],
+            "errors": ["FIRST_TOKEN_TIMEOUT", "CONTEXT_LENGTH_EXCEEDED"],
+            "default": false,
+        })
+    );
+    assert_eq!(fb["firstTokenTimeoutMilliseconds"], 8000);
+    assert_eq!(fb["streamIdleTimeoutMilliseconds"], 30000);
+    assert_eq!(
+        fb["retry"],
+        serde_json::json!({
+            "attempts": 2,
+            "backoffMilliseconds": 100,
+            "maxBackoffMilliseconds": 2000,
+            "on": { "statusCodes": ["429"], "errors": ["CONNECTION_ERROR"] },
+        })
+    );
+    assert_eq!(
+        fb["hedge"],
+        serde_json::json!({ "afterMilliseconds": 1500 })
+    );
+    let hop = &fb["targetFallback"][0];
+    assert_eq!(hop["retry"]["on"], serde_json::Value::Null);
+    assert_eq!(hop["hedge"], serde_json::Value::Null);
+    assert_eq!(
+        hop["firstTokenTimeoutMilliseconds"],
+        serde_json::Value::Null
+    );
+}
+
 #[test]
 fn urls_are_shown_without_credentials() {
     for (url, shown) in [
