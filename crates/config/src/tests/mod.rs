@@ -680,6 +680,59 @@ rules:
     );
 }
 
+/// SPEC §11 keys that cannot act are warned where they are written: a hedge on the last hop,
+/// retries that `defaults.maxAttempts` leaves no room for, a stream-timeout trigger without its
+/// timeout. The same keys where they can act are not warned.
+#[test]
+fn check_warns_about_retry_controller_keys_that_cannot_act() {
+    let src = r#"defaults: { maxAttempts: 3 }
+targets:
+  - { name: a, provider: openai }
+  - { name: b, provider: openai }
+rules:
+  - priority: 1
+    routeToTarget:
+      staticRoute: { target: a }
+      fallback:
+        triggerOn: { statusCodes: ["429", "5XX"] }
+        retry: { attempts: 2 }
+        hedge: { afterMilliseconds: 100 }
+        targetFallback:
+          - target: b
+            retry: { attempts: 2 }
+            hedge: { afterMilliseconds: 100 }
+  - priority: 2
+    routeToTarget:
+      priorityGroups:
+        - destinations: [ { target: a, model: x }, { target: b, model: x } ]
+        - destinations: [ { target: a, model: y } ]
+          retry: { attempts: 1 }
+          triggerOn: { statusCodes: ["429", "5XX"], errors: [FIRST_TOKEN_TIMEOUT, STREAM_IDLE_TIMEOUT] }
+          streamIdleTimeoutMilliseconds: 1000
+"#;
+    let (_, warnings) = load_str_with_warnings(src, "r.yaml", &env).unwrap();
+    let shown: Vec<String> = warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        shown,
+        vec![
+            "r.yaml:15:32: rules[0].routeToTarget.fallback.targetFallback[0].retry.attempts: \
+             warning: 2 retries are set but defaults.maxAttempts (3) leaves room for 1 of them \
+             after the 1 attempt(s) of the hops before it (maxAttempts counts every attempt of a \
+             request: hops, retries and hedges)",
+            "r.yaml:16:20: rules[0].routeToTarget.fallback.targetFallback[0].hedge: warning: \
+             hedge is set on the last hop of this route: there is no next hop to start, so it \
+             never fires",
+            "r.yaml:22:30: rules[1].routeToTarget.priorityGroups[1].retry.attempts: warning: 1 \
+             retries are set but defaults.maxAttempts (3) leaves room for 0 of them after the 2 \
+             attempt(s) of the hops before it (maxAttempts counts every attempt of a request: \
+             hops, retries and hedges)",
+            "r.yaml:23:61: rules[1].routeToTarget.priorityGroups[1].triggerOn.errors: warning: \
+             FIRST_TOKEN_TIMEOUT is listed but this hop sets no firstTokenTimeoutMilliseconds \
+             (nothing is inherited): it never fires",
+        ]
+    );
+}
+
 /// An `unhealthyCondition` that counts what a hop's triggers keep (issue 14 must-show 5): warned
 /// at the hop that keeps it, naming the codes and where the condition is written; the last hop
 /// (nothing to move on to) and a hop that falls back on everything counted are not warned.
