@@ -2,7 +2,7 @@
 //! fallback, probably do not do what their author meant. Each is located like an error
 //! (`FILE:LINE:COL: path: message`); none stops the config from loading.
 
-use sidetrack_resilience::{ConditionInput, ErrorKind, UnhealthyCondition};
+use sidetrack_resilience::{ConditionInput, ErrorKind, StreamTimeout, UnhealthyCondition};
 
 use crate::error::ConfigError;
 use crate::glob::glob_match;
@@ -31,6 +31,18 @@ pub(crate) fn warnings(config: &Config, positions: &Positions, file: &str) -> Ve
                 }
                 let policies: Vec<&HopPolicy> = groups.iter().map(|g| &g.policy).collect();
                 lint.moves_on_for_429(&policies, &at);
+                // Before group g, every member of the earlier groups may have been tried once.
+                let mut before = 0;
+                let hops: Vec<(&HopPolicy, String, usize)> = groups
+                    .iter()
+                    .enumerate()
+                    .map(|(g, group)| {
+                        let hop = (&group.policy, format!("{at}.priorityGroups[{g}]"), before);
+                        before += group.destinations.len();
+                        hop
+                    })
+                    .collect();
+                lint.retry_controller(&hops);
                 // Every group but the last can move the walk on.
                 for (g, group) in groups
                     .iter()
@@ -98,6 +110,12 @@ impl Lint<'_> {
         for (dest, policy, path) in hops.iter().take(hops.len() - 1) {
             self.counted_but_kept(&dest.target, policy, path);
         }
+        let walk: Vec<(&HopPolicy, String, usize)> = hops
+            .iter()
+            .enumerate()
+            .map(|(i, (_, policy, path))| (*policy, path.clone(), i))
+            .collect();
+        self.retry_controller(&walk);
         if !s.fallbacks.is_empty() {
             let policies: Vec<&HopPolicy> = std::iter::once(&s.primary_policy)
                 .chain(s.fallbacks.iter().map(|f| &f.policy))
@@ -121,6 +139,28 @@ impl Lint<'_> {
                     .to_owned(),
             );
         }
+        for (timeout, set, key) in [
+            (
+                StreamTimeout::FirstToken,
+                p.first_token_timeout.is_some(),
+                "firstTokenTimeoutMilliseconds",
+            ),
+            (
+                StreamTimeout::StreamIdle,
+                p.stream_idle_timeout.is_some(),
+                "streamIdleTimeoutMilliseconds",
+            ),
+        ] {
+            if p.triggers.fires_stream_timeout(timeout) && !set {
+                self.warn(
+                    &format!("{at}.triggerOn.errors"),
+                    format!(
+                        "{timeout} is listed but this hop sets no {key} (nothing is inherited): \
+                         it never fires"
+                    ),
+                );
+            }
+        }
         if !p.triggers.statuses().iter().any(|m| m.matches(503)) {
             self.warn(
                 &format!("{at}.triggerOn"),
@@ -128,6 +168,47 @@ impl Lint<'_> {
                  server errors (500, 502, 503…) go to the caller instead of falling back"
                     .to_owned(),
             );
+        }
+    }
+
+    /// SPEC §11 keys that cannot act: a `hedge` on the last hop (there is no next hop to start),
+    /// and `retry.attempts` that `defaults.maxAttempts` leaves no room for. `hops` are a route's
+    /// hops in walk order with their path and the attempts made before reaching them when every
+    /// earlier destination is tried once.
+    fn retry_controller(&mut self, hops: &[(&HopPolicy, String, usize)]) {
+        let max = self.config.defaults.max_attempts;
+        for (p, at, before) in hops {
+            let Some(retry) = p.retry.as_ref().filter(|r| r.attempts > 0) else {
+                continue;
+            };
+            let before = u32::try_from(*before).unwrap_or(u32::MAX);
+            let room = max.saturating_sub(before.saturating_add(1));
+            if retry.attempts > room {
+                let whence = if before == 0 {
+                    String::new()
+                } else {
+                    format!(" after the {before} attempt(s) of the hops before it")
+                };
+                self.warn(
+                    &format!("{at}.retry.attempts"),
+                    format!(
+                        "{} retries are set but defaults.maxAttempts ({max}) leaves room for \
+                         {room} of them{whence} (maxAttempts counts every attempt of a request: \
+                         hops, retries and hedges)",
+                        retry.attempts
+                    ),
+                );
+            }
+        }
+        if let Some((p, at, _)) = hops.last() {
+            if p.hedge.is_some() {
+                self.warn(
+                    &format!("{at}.hedge"),
+                    "hedge is set on the last hop of this route: there is no next hop to start, \
+                     so it never fires"
+                        .to_owned(),
+                );
+            }
         }
     }
 

@@ -45,6 +45,8 @@ pub(crate) struct RawServer {
     pub max_dynamic_destinations: Option<i64>,
     pub allowed_origins: Option<Vec<String>>,
     pub allow_pinning: Option<bool>,
+    pub caller_deadline: Option<bool>,
+    pub caller_overrides: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -133,6 +135,16 @@ pub(crate) struct RawBreaker {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct RawDefaults {
     pub circuit_breaker: Option<RawBreaker>,
+    pub max_attempts: Option<i64>,
+    pub retry_budget: Option<RawRetryBudget>,
+}
+
+/// `defaults.retryBudget` (SPEC §11).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawRetryBudget {
+    pub ratio: Option<f64>,
+    pub min_per_second: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -238,8 +250,29 @@ pub(crate) struct RawDestination {
 pub(crate) struct RawFallback {
     pub trigger_on: Option<RawTriggerOn>,
     pub first_byte_timeout_milliseconds: Option<i64>,
+    pub first_token_timeout_milliseconds: Option<i64>,
+    pub stream_idle_timeout_milliseconds: Option<i64>,
+    pub retry: Option<RawRetry>,
+    pub hedge: Option<RawHedge>,
     pub circuit_breaker: Option<RawBreakerMode>,
     pub target_fallback: Option<Vec<RawFallbackTarget>>,
+}
+
+/// A hop's `retry` block (SPEC §11); every key optional, `on` omitted = the hop's triggers.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawRetry {
+    pub attempts: Option<i64>,
+    pub backoff_milliseconds: Option<i64>,
+    pub max_backoff_milliseconds: Option<i64>,
+    pub on: Option<RawTriggerOn>,
+}
+
+/// A hop's `hedge` block (SPEC §11).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawHedge {
+    pub after_milliseconds: i64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -293,6 +326,10 @@ pub(crate) struct RawFallbackTarget {
     pub model: Option<String>,
     pub trigger_on: Option<RawTriggerOn>,
     pub first_byte_timeout_milliseconds: Option<i64>,
+    pub first_token_timeout_milliseconds: Option<i64>,
+    pub stream_idle_timeout_milliseconds: Option<i64>,
+    pub retry: Option<RawRetry>,
+    pub hedge: Option<RawHedge>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -301,6 +338,10 @@ pub(crate) struct RawPriorityGroup {
     pub destinations: Vec<RawDestination>,
     pub trigger_on: Option<RawTriggerOn>,
     pub first_byte_timeout_milliseconds: Option<i64>,
+    pub first_token_timeout_milliseconds: Option<i64>,
+    pub stream_idle_timeout_milliseconds: Option<i64>,
+    pub retry: Option<RawRetry>,
+    pub hedge: Option<RawHedge>,
 }
 
 #[derive(Debug, Deserialize)]

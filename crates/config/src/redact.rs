@@ -28,7 +28,14 @@ impl Config {
             })),
             "targets": self.targets.iter().map(target).collect::<Vec<_>>(),
             "rules": self.rules.iter().map(rule).collect::<Vec<_>>(),
-            "defaults": { "circuitBreaker": breaker(&self.defaults.circuit_breaker) },
+            "defaults": {
+                "circuitBreaker": breaker(&self.defaults.circuit_breaker),
+                "maxAttempts": self.defaults.max_attempts,
+                "retryBudget": {
+                    "ratio": self.defaults.retry_budget.ratio,
+                    "minPerSecond": self.defaults.retry_budget.min_per_second,
+                },
+            },
             "logging": {
                 "level": self.logging.level,
                 "routing": match &self.logging.routing {
@@ -78,6 +85,8 @@ fn server(s: &Server) -> Value {
         "maxDynamicDestinations": s.max_dynamic_destinations,
         "allowedOrigins": s.allowed_origins,
         "allowPinning": s.allow_pinning,
+        "callerDeadline": s.caller_deadline,
+        "callerOverrides": s.caller_overrides,
     })
 }
 
@@ -263,20 +272,58 @@ fn destination(d: &DestinationRef) -> Value {
     json!({ "target": d.target, "model": d.model })
 }
 
-/// `triggerOn` (always written out, with `default: true` when it was omitted) and the timeout.
-fn policy(p: &HopPolicy) -> Map<String, Value> {
+/// `statusCodes` + `errors` (kinds, stream timeouts and classes) of a trigger set.
+fn trigger_set(t: &sidetrack_resilience::Triggers) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert(
-        "triggerOn".into(),
-        json!({
-            "statusCodes": p.triggers.statuses().iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-            "errors": p.triggers.errors().iter().map(|k| k.as_str()).collect::<Vec<_>>(),
-            "default": p.triggers.is_default(),
-        }),
+        "statusCodes".into(),
+        json!(t
+            .statuses()
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()),
     );
+    m.insert(
+        "errors".into(),
+        json!(t.names().iter().map(|n| n.as_str()).collect::<Vec<_>>()),
+    );
+    m
+}
+
+/// A hop's keys: `triggerOn` (always written out, with `default: true` when it was omitted), the
+/// timeouts (`null` = none), `retry` (`null` = no retries; `on: null` = the hop's triggers) and
+/// `hedge` (`null` = no hedging).
+fn policy(p: &HopPolicy) -> Map<String, Value> {
+    let mut m = Map::new();
+    let mut trigger_on = trigger_set(&p.triggers);
+    trigger_on.insert("default".into(), json!(p.triggers.is_default()));
+    m.insert("triggerOn".into(), Value::Object(trigger_on));
     m.insert(
         "firstByteTimeoutMilliseconds".into(),
         json!(p.first_byte_timeout.map(millis)),
+    );
+    m.insert(
+        "firstTokenTimeoutMilliseconds".into(),
+        json!(p.first_token_timeout.map(millis)),
+    );
+    m.insert(
+        "streamIdleTimeoutMilliseconds".into(),
+        json!(p.stream_idle_timeout.map(millis)),
+    );
+    m.insert(
+        "retry".into(),
+        json!(p.retry.as_ref().map(|r| json!({
+            "attempts": r.attempts,
+            "backoffMilliseconds": millis(r.backoff),
+            "maxBackoffMilliseconds": millis(r.max_backoff),
+            "on": r.on.as_ref().map(|t| Value::Object(trigger_set(t))),
+        }))),
+    );
+    m.insert(
+        "hedge".into(),
+        json!(p
+            .hedge
+            .map(|h| json!({ "afterMilliseconds": millis(h.after) }))),
     );
     m
 }

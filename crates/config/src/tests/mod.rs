@@ -393,6 +393,58 @@ fn redacted_json_hides_every_secret() {
     assert!(!format!("{c:?}").contains("sk-openai-secret"));
 }
 
+/// `GET /admin/config` shows the retry controller's keys (SPEC §11), effective and defaulted.
+#[test]
+fn redacted_json_shows_the_retry_controllers_keys() {
+    let src = "server: { callerDeadline: false }\n\
+               defaults: { maxAttempts: 5, retryBudget: { ratio: 0.5 } }\n\
+               targets: [ { name: a, provider: openai }, { name: b, provider: openai } ]\n\
+               rules:\n  - priority: 1\n    routeToTarget:\n      staticRoute: { target: a }\n      \
+               fallback:\n        triggerOn: { errors: [CONTEXT_LENGTH_EXCEEDED, FIRST_TOKEN_TIMEOUT] }\n        \
+               firstTokenTimeoutMilliseconds: 8000\n        streamIdleTimeoutMilliseconds: 30000\n        \
+               retry: { attempts: 2, on: { statusCodes: [\"429\"], errors: [CONNECTION_ERROR] } }\n        \
+               hedge: { afterMilliseconds: 1500 }\n        targetFallback: [ { target: b, retry: {} } ]\n";
+    let v = load(src).unwrap().redacted_json();
+    assert_eq!(v["server"]["callerDeadline"], false);
+    assert_eq!(v["server"]["callerOverrides"], true);
+    assert_eq!(v["defaults"]["maxAttempts"], 5);
+    assert_eq!(
+        v["defaults"]["retryBudget"],
+        serde_json::json!({ "ratio": 0.5, "minPerSecond": 5.0 })
+    );
+    let fb = &v["rules"][0]["routeToTarget"]["fallback"];
+    assert_eq!(
+        fb["triggerOn"],
+        serde_json::json!({
+            "statusCodes": [],
+            "errors": ["FIRST_TOKEN_TIMEOUT", "CONTEXT_LENGTH_EXCEEDED"],
+            "default": false,
+        })
+    );
+    assert_eq!(fb["firstTokenTimeoutMilliseconds"], 8000);
+    assert_eq!(fb["streamIdleTimeoutMilliseconds"], 30000);
+    assert_eq!(
+        fb["retry"],
+        serde_json::json!({
+            "attempts": 2,
+            "backoffMilliseconds": 100,
+            "maxBackoffMilliseconds": 2000,
+            "on": { "statusCodes": ["429"], "errors": ["CONNECTION_ERROR"] },
+        })
+    );
+    assert_eq!(
+        fb["hedge"],
+        serde_json::json!({ "afterMilliseconds": 1500 })
+    );
+    let hop = &fb["targetFallback"][0];
+    assert_eq!(hop["retry"]["on"], serde_json::Value::Null);
+    assert_eq!(hop["hedge"], serde_json::Value::Null);
+    assert_eq!(
+        hop["firstTokenTimeoutMilliseconds"],
+        serde_json::Value::Null
+    );
+}
+
 #[test]
 fn urls_are_shown_without_credentials() {
     for (url, shown) in [
@@ -625,6 +677,59 @@ rules:
     assert!(
         none.iter().all(|w| !w.contains("FIRST_BYTE_TIMEOUT")),
         "{none:#?}"
+    );
+}
+
+/// SPEC §11 keys that cannot act are warned where they are written: a hedge on the last hop,
+/// retries that `defaults.maxAttempts` leaves no room for, a stream-timeout trigger without its
+/// timeout. The same keys where they can act are not warned.
+#[test]
+fn check_warns_about_retry_controller_keys_that_cannot_act() {
+    let src = r#"defaults: { maxAttempts: 3 }
+targets:
+  - { name: a, provider: openai }
+  - { name: b, provider: openai }
+rules:
+  - priority: 1
+    routeToTarget:
+      staticRoute: { target: a }
+      fallback:
+        triggerOn: { statusCodes: ["429", "5XX"] }
+        retry: { attempts: 2 }
+        hedge: { afterMilliseconds: 100 }
+        targetFallback:
+          - target: b
+            retry: { attempts: 2 }
+            hedge: { afterMilliseconds: 100 }
+  - priority: 2
+    routeToTarget:
+      priorityGroups:
+        - destinations: [ { target: a, model: x }, { target: b, model: x } ]
+        - destinations: [ { target: a, model: y } ]
+          retry: { attempts: 1 }
+          triggerOn: { statusCodes: ["429", "5XX"], errors: [FIRST_TOKEN_TIMEOUT, STREAM_IDLE_TIMEOUT] }
+          streamIdleTimeoutMilliseconds: 1000
+"#;
+    let (_, warnings) = load_str_with_warnings(src, "r.yaml", &env).unwrap();
+    let shown: Vec<String> = warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        shown,
+        vec![
+            "r.yaml:15:32: rules[0].routeToTarget.fallback.targetFallback[0].retry.attempts: \
+             warning: 2 retries are set but defaults.maxAttempts (3) leaves room for 1 of them \
+             after the 1 attempt(s) of the hops before it (maxAttempts counts every attempt of a \
+             request: hops, retries and hedges)",
+            "r.yaml:16:20: rules[0].routeToTarget.fallback.targetFallback[0].hedge: warning: \
+             hedge is set on the last hop of this route: there is no next hop to start, so it \
+             never fires",
+            "r.yaml:22:30: rules[1].routeToTarget.priorityGroups[1].retry.attempts: warning: 1 \
+             retries are set but defaults.maxAttempts (3) leaves room for 0 of them after the 2 \
+             attempt(s) of the hops before it (maxAttempts counts every attempt of a request: \
+             hops, retries and hedges)",
+            "r.yaml:23:61: rules[1].routeToTarget.priorityGroups[1].triggerOn.errors: warning: \
+             FIRST_TOKEN_TIMEOUT is listed but this hop sets no firstTokenTimeoutMilliseconds \
+             (nothing is inherited): it never fires",
+        ]
     );
 }
 

@@ -1,7 +1,16 @@
 //! One test per SPEC §4 validation rule, each asserting the exact `FILE:LINE:COL: path: message`.
 
+use std::time::Duration;
+
+use sidetrack_resilience::{ErrorClass, ErrorKind, StreamTimeout, TriggerName};
+
 use super::{errors, load, one_error};
 use crate::*;
+
+/// Every name `triggerOn.errors` / `retry.on.errors` take, as the unknown-name error lists them.
+const ALL_NAMES: &str = "CONNECTION_ERROR, FIRST_BYTE_TIMEOUT, UNROUTABLE, FIRST_TOKEN_TIMEOUT, \
+                         STREAM_IDLE_TIMEOUT, CONTEXT_LENGTH_EXCEEDED, CONTENT_FILTERED, \
+                         RATE_LIMITED, QUOTA_EXHAUSTED, OVERLOADED";
 
 /// Two valid targets on lines 1–5; tests append from line 6.
 const BASE: &str = "\
@@ -195,25 +204,72 @@ fn fallback_belongs_to_static_route() {
     );
 }
 
+const NEEDS_HOPS: &str = "a fallback needs at least one targetFallback, unless it sets \
+                          primary-hop keys (retry, firstByteTimeoutMilliseconds, \
+                          firstTokenTimeoutMilliseconds, streamIdleTimeoutMilliseconds)";
+
 #[test]
 fn a_fallback_needs_at_least_one_target_fallback() {
+    // Only a trigger (nothing for a single hop to do with it) or an empty written list.
     let src = with_rules(
         "  - priority: 1\n    routeToTarget:\n      staticRoute: { target: a }\n      \
-         fallback: { firstByteTimeoutMilliseconds: 1000 }\n",
+         fallback: { triggerOn: { statusCodes: [\"429\"] } }\n",
     );
     assert_eq!(
         one_error(&src),
-        "t.yaml:10:17: rules[0].routeToTarget.fallback.targetFallback: a fallback needs at least \
-         one targetFallback"
+        format!("t.yaml:10:17: rules[0].routeToTarget.fallback.targetFallback: {NEEDS_HOPS}")
     );
     let src = with_rules(
         "  - priority: 1\n    routeToTarget:\n      staticRoute: { target: a }\n      \
-         fallback:\n        targetFallback: []\n",
+         fallback:\n        retry: { attempts: 1 }\n        targetFallback: []\n",
     );
     assert_eq!(
         one_error(&src),
-        "t.yaml:11:25: rules[0].routeToTarget.fallback.targetFallback: a fallback needs at least \
-         one targetFallback"
+        format!("t.yaml:12:25: rules[0].routeToTarget.fallback.targetFallback: {NEEDS_HOPS}")
+    );
+    // A hedge alone has no next hop to start.
+    let src = with_rules(
+        "  - priority: 1\n    routeToTarget:\n      staticRoute: { target: a }\n      \
+         fallback: { hedge: { afterMilliseconds: 100 } }\n",
+    );
+    assert_eq!(
+        one_error(&src),
+        format!("t.yaml:10:17: rules[0].routeToTarget.fallback.targetFallback: {NEEDS_HOPS}")
+    );
+}
+
+/// SPEC §11: "A `fallback` block that sets only primary-hop keys (`retry`, timeouts) may omit
+/// `targetFallback`: the route is then a single hop with those keys."
+#[test]
+fn a_fallback_with_only_primary_hop_keys_is_a_single_hop() {
+    for body in [
+        "retry: { attempts: 2 }",
+        "firstByteTimeoutMilliseconds: 1000",
+        "firstTokenTimeoutMilliseconds: 1000",
+        "streamIdleTimeoutMilliseconds: 1000",
+    ] {
+        let src = with_rules(&format!(
+            "  - priority: 1\n    routeToTarget:\n      staticRoute: {{ target: a }}\n      \
+             fallback: {{ {body} }}\n"
+        ));
+        let c = load(&src).unwrap_or_else(|e| panic!("{body}: {e}"));
+        let Route::Static(r) = &c.rules[0].route else {
+            panic!("static")
+        };
+        assert!(r.fallbacks.is_empty(), "{body}");
+    }
+    let c = load(&with_rules(
+        "  - priority: 1\n    routeToTarget:\n      staticRoute: { target: a }\n      \
+         fallback: { retry: { attempts: 3 }, streamIdleTimeoutMilliseconds: 700 }\n",
+    ))
+    .unwrap();
+    let Route::Static(r) = &c.rules[0].route else {
+        panic!("static")
+    };
+    assert_eq!(r.primary_policy.retry.as_ref().unwrap().attempts, 3);
+    assert_eq!(
+        r.primary_policy.stream_idle_timeout,
+        Some(std::time::Duration::from_millis(700))
     );
 }
 
@@ -370,8 +426,10 @@ fn error_names_must_be_known() {
         one_error(&with_fallback(
             "triggerOn: { errors: [CONNECTION_ERROR, TIMEOUT] }"
         )),
-        "t.yaml:10:59: rules[0].routeToTarget.fallback.triggerOn.errors[1]: unknown error \
-         `TIMEOUT` (expected CONNECTION_ERROR, FIRST_BYTE_TIMEOUT or UNROUTABLE)"
+        format!(
+            "t.yaml:10:59: rules[0].routeToTarget.fallback.triggerOn.errors[1]: unknown error \
+             `TIMEOUT` (expected one of {ALL_NAMES})"
+        )
     );
 }
 
@@ -405,6 +463,371 @@ fn first_byte_timeout_is_50_to_900000() {
         one_error(&src),
         "t.yaml:13:43: rules[0].routeToTarget.fallback.targetFallback[0].\
          firstByteTimeoutMilliseconds: must be between 50 and 900000 (got 10)"
+    );
+}
+
+// ---- the retry controller's keys (SPEC §11) -----------------------------------------------------
+
+/// The primary's policy of a config with one static rule.
+fn primary_policy(c: &Config) -> &HopPolicy {
+    match &c.rules[0].route {
+        Route::Static(r) => &r.primary_policy,
+        _ => panic!("static"),
+    }
+}
+
+#[test]
+fn trigger_errors_take_kinds_stream_timeouts_and_classes() {
+    let c = load(&with_fallback(
+        "triggerOn: { errors: [CONTEXT_LENGTH_EXCEEDED, FIRST_TOKEN_TIMEOUT, RATE_LIMITED, \
+         UNROUTABLE, STREAM_IDLE_TIMEOUT, CONTENT_FILTERED, QUOTA_EXHAUSTED, OVERLOADED] }, \
+         retry: { on: { errors: [OVERLOADED, STREAM_IDLE_TIMEOUT] } }",
+    ))
+    .unwrap();
+    let p = primary_policy(&c);
+    assert_eq!(p.triggers.errors(), vec![ErrorKind::Unroutable]);
+    assert_eq!(
+        p.triggers.stream_timeouts(),
+        vec![StreamTimeout::FirstToken, StreamTimeout::StreamIdle]
+    );
+    assert_eq!(p.triggers.classes(), ErrorClass::ALL.to_vec());
+    let on = p.retry.as_ref().unwrap().on.as_ref().unwrap();
+    assert_eq!(
+        on.names(),
+        vec![
+            TriggerName::StreamTimeout(StreamTimeout::StreamIdle),
+            TriggerName::Class(ErrorClass::Overloaded)
+        ]
+    );
+    assert!(!on.is_default());
+    assert!(std::ptr::eq(p.retry_on(), on));
+}
+
+#[test]
+fn first_token_and_stream_idle_timeouts_are_50_to_900000() {
+    for key in [
+        "firstTokenTimeoutMilliseconds",
+        "streamIdleTimeoutMilliseconds",
+    ] {
+        for bad in ["49", "900001"] {
+            assert_eq!(
+                one_error(&with_fallback(&format!("{key}: {bad}"))),
+                format!(
+                    "t.yaml:10:50: rules[0].routeToTarget.fallback.{key}: must be between 50 and \
+                     900000 (got {bad})"
+                )
+            );
+        }
+    }
+    let c = load(&with_fallback(
+        "firstTokenTimeoutMilliseconds: 50, streamIdleTimeoutMilliseconds: 900000",
+    ))
+    .unwrap();
+    let p = primary_policy(&c);
+    assert_eq!(p.first_token_timeout, Some(Duration::from_millis(50)));
+    assert_eq!(p.stream_idle_timeout, Some(Duration::from_millis(900_000)));
+    assert!(p.retry.is_none() && p.hedge.is_none());
+}
+
+#[test]
+fn retry_defaults_and_the_hops_triggers() {
+    let c = load(&with_fallback(
+        "triggerOn: { statusCodes: [\"429\"] }, retry: {}",
+    ))
+    .unwrap();
+    let p = primary_policy(&c);
+    let r = p.retry.as_ref().unwrap();
+    assert_eq!(r.attempts, 0);
+    assert_eq!(r.backoff, Duration::from_millis(100));
+    assert_eq!(r.max_backoff, Duration::from_millis(2000));
+    assert!(r.on.is_none());
+    assert!(
+        std::ptr::eq(p.retry_on(), &p.triggers),
+        "on omitted = the hop's triggers"
+    );
+    let c = load(&with_fallback(
+        "retry: { attempts: 10, backoffMilliseconds: 60000, maxBackoffMilliseconds: 300000 }",
+    ))
+    .unwrap();
+    let r = primary_policy(&c).retry.clone().unwrap();
+    assert_eq!(
+        (r.attempts, r.backoff, r.max_backoff),
+        (
+            10,
+            Duration::from_millis(60_000),
+            Duration::from_millis(300_000)
+        )
+    );
+    let c = load(&with_fallback(
+        "retry: { attempts: 0, backoffMilliseconds: 0, maxBackoffMilliseconds: 0 }",
+    ))
+    .unwrap();
+    let r = primary_policy(&c).retry.clone().unwrap();
+    assert_eq!((r.backoff, r.max_backoff), (Duration::ZERO, Duration::ZERO));
+}
+
+#[test]
+fn retry_attempts_is_0_to_10() {
+    for bad in ["-1", "11"] {
+        assert_eq!(
+            one_error(&with_fallback(&format!("retry: {{ attempts: {bad} }}"))),
+            format!(
+                "t.yaml:10:38: rules[0].routeToTarget.fallback.retry.attempts: must be between 0 \
+                 and 10 (got {bad})"
+            )
+        );
+    }
+}
+
+#[test]
+fn retry_backoffs_are_in_range() {
+    for bad in ["-1", "60001"] {
+        assert_eq!(
+            one_error(&with_fallback(&format!(
+                "retry: {{ backoffMilliseconds: {bad}, maxBackoffMilliseconds: 300000 }}"
+            ))),
+            format!(
+                "t.yaml:10:49: rules[0].routeToTarget.fallback.retry.backoffMilliseconds: must be \
+                 between 0 and 60000 (got {bad})"
+            )
+        );
+    }
+    for bad in ["-1", "300001"] {
+        assert_eq!(
+            one_error(&with_fallback(&format!(
+                "retry: {{ maxBackoffMilliseconds: {bad} }}"
+            ))),
+            format!(
+                "t.yaml:10:52: rules[0].routeToTarget.fallback.retry.maxBackoffMilliseconds: must \
+                 be between 0 and 300000 (got {bad})"
+            )
+        );
+    }
+}
+
+#[test]
+fn max_backoff_is_at_least_backoff() {
+    assert_eq!(
+        one_error(&with_fallback(
+            "retry: { backoffMilliseconds: 500, maxBackoffMilliseconds: 400 }"
+        )),
+        "t.yaml:10:78: rules[0].routeToTarget.fallback.retry.maxBackoffMilliseconds: \
+         maxBackoffMilliseconds (400) must be at least backoffMilliseconds (500)"
+    );
+    // Against the default maximum (2000), at the written base.
+    assert_eq!(
+        one_error(&with_fallback("retry: { backoffMilliseconds: 3000 }")),
+        "t.yaml:10:49: rules[0].routeToTarget.fallback.retry.backoffMilliseconds: \
+         maxBackoffMilliseconds (2000) must be at least backoffMilliseconds (3000)"
+    );
+    // Equal is fine.
+    assert!(load(&with_fallback(
+        "retry: { backoffMilliseconds: 500, maxBackoffMilliseconds: 500 }"
+    ))
+    .is_ok());
+}
+
+#[test]
+fn retry_on_is_checked_like_trigger_on() {
+    assert_eq!(
+        one_error(&with_fallback("retry: { on: {} }")),
+        "t.yaml:10:32: rules[0].routeToTarget.fallback.retry.on: lists no statusCodes and no \
+         errors, so no outcome could retry; omit `on` to retry on the hop's triggers"
+    );
+    assert_eq!(
+        one_error(&with_fallback("retry: { on: { errors: [NOPE] } }")),
+        format!(
+            "t.yaml:10:43: rules[0].routeToTarget.fallback.retry.on.errors[0]: unknown error \
+             `NOPE` (expected one of {ALL_NAMES})"
+        )
+    );
+    assert_eq!(
+        one_error(&with_fallback("retry: { on: { statusCodes: [\"200\"] } }")),
+        "t.yaml:10:48: rules[0].routeToTarget.fallback.retry.on.statusCodes[0]: status code \
+         `200` is outside 400-599 (only 4xx/5xx answers can trigger a fallback)"
+    );
+}
+
+#[test]
+fn unknown_keys_in_retry_and_hedge_are_refused() {
+    assert_eq!(
+        one_error(&with_fallback("retry: { attempt: 1 }")),
+        "t.yaml:10:28: rules[0].routeToTarget.fallback.retry.attempt: unknown key; expected one \
+         of `attempts`, `backoffMilliseconds`, `maxBackoffMilliseconds`, `on`"
+    );
+    assert_eq!(
+        one_error(&with_fallback("retry: { on: { status: [\"429\"] } }")),
+        "t.yaml:10:34: rules[0].routeToTarget.fallback.retry.on.status: unknown key; expected \
+         `statusCodes` or `errors`"
+    );
+    assert_eq!(
+        one_error(&with_fallback(
+            "hedge: { afterMilliseconds: 100, after: 1 }"
+        )),
+        "t.yaml:10:52: rules[0].routeToTarget.fallback.hedge.after: unknown key; expected \
+         `afterMilliseconds`"
+    );
+    assert_eq!(
+        one_error(&with_fallback("hedge: {}")),
+        "t.yaml:10:26: rules[0].routeToTarget.fallback.hedge.afterMilliseconds: required key is \
+         missing"
+    );
+    assert_eq!(
+        one_error(&with_fallback("retry: 2")),
+        "t.yaml:10:26: rules[0].routeToTarget.fallback.retry: invalid type: integer `2`, \
+         expected struct RawRetry"
+    );
+}
+
+#[test]
+fn hedge_after_is_10_to_900000() {
+    for bad in ["9", "900001"] {
+        assert_eq!(
+            one_error(&with_fallback(&format!(
+                "hedge: {{ afterMilliseconds: {bad} }}"
+            ))),
+            format!(
+                "t.yaml:10:47: rules[0].routeToTarget.fallback.hedge.afterMilliseconds: must be \
+                 between 10 and 900000 (got {bad})"
+            )
+        );
+    }
+    let c = load(&with_fallback("hedge: { afterMilliseconds: 10 }")).unwrap();
+    assert_eq!(
+        primary_policy(&c).hedge,
+        Some(HedgePolicy {
+            after: Duration::from_millis(10)
+        })
+    );
+}
+
+/// The keys sit on every kind of hop, at that hop's own path, and are never inherited.
+#[test]
+fn hop_keys_on_every_hop_kind_are_never_inherited() {
+    let src = with_rules(
+        "  - priority: 1\n    routeToTarget:\n      staticRoute: { target: a }\n      fallback:\n        \
+         retry: { attempts: 2 }\n        hedge: { afterMilliseconds: 500 }\n        targetFallback:\n          \
+         - target: b\n            streamIdleTimeoutMilliseconds: 900\n",
+    );
+    let c = load(&src).unwrap();
+    let Route::Static(r) = &c.rules[0].route else {
+        panic!("static")
+    };
+    assert_eq!(r.primary_policy.retry.as_ref().unwrap().attempts, 2);
+    assert!(r.primary_policy.stream_idle_timeout.is_none());
+    let hop = &r.fallbacks[0].policy;
+    assert!(hop.retry.is_none() && hop.hedge.is_none(), "not inherited");
+    assert_eq!(hop.stream_idle_timeout, Some(Duration::from_millis(900)));
+
+    // A targetFallback entry, at its own line.
+    let src = with_rules(
+        "  - priority: 1\n    routeToTarget:\n      staticRoute: { target: a }\n      fallback:\n        \
+         targetFallback:\n          - target: b\n            retry: { attempts: 12 }\n",
+    );
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:13:32: rules[0].routeToTarget.fallback.targetFallback[0].retry.attempts: must be \
+         between 0 and 10 (got 12)"
+    );
+    // A priority group.
+    let src = with_rules(
+        "  - priority: 1\n    routeToTarget:\n      priorityGroups:\n        \
+         - destinations: [ { target: a } ]\n          hedge: { afterMilliseconds: 5 }\n        \
+         - destinations: [ { target: b } ]\n          firstTokenTimeoutMilliseconds: 40\n",
+    );
+    assert_eq!(
+        errors(&src),
+        vec![
+            "t.yaml:11:39: rules[0].routeToTarget.priorityGroups[0].hedge.afterMilliseconds: must \
+             be between 10 and 900000 (got 5)",
+            "t.yaml:13:42: rules[0].routeToTarget.priorityGroups[1].firstTokenTimeoutMilliseconds: \
+             must be between 50 and 900000 (got 40)",
+        ]
+    );
+    // A weighted leg's fallback (a single hop with only a retry is fine there too).
+    let src = with_rules(
+        "  - priority: 1\n    routeToTarget:\n      weightedRoute:\n        legs:\n          \
+         - { target: a, weight: 1, fallback: { retry: { attempts: 1, backoffMilliseconds: 70000 } } }\n          \
+         - { target: b, weight: 1 }\n",
+    );
+    assert_eq!(
+        one_error(&src),
+        "t.yaml:11:92: rules[0].routeToTarget.weightedRoute.legs[0].fallback.retry.\
+         backoffMilliseconds: must be between 0 and 60000 (got 70000)"
+    );
+}
+
+#[test]
+fn max_attempts_is_1_to_100() {
+    for bad in ["0", "101"] {
+        assert_eq!(
+            one_error(&format!("{BASE}defaults:\n  maxAttempts: {bad}\n")),
+            format!("t.yaml:7:16: defaults.maxAttempts: must be between 1 and 100 (got {bad})")
+        );
+    }
+    assert_eq!(load(BASE).unwrap().defaults.max_attempts, 8);
+    let c = load(&format!("{BASE}defaults:\n  maxAttempts: 100\n")).unwrap();
+    assert_eq!(c.defaults.max_attempts, 100);
+    let c = load(&format!("{BASE}defaults:\n  maxAttempts: 1\n")).unwrap();
+    assert_eq!(c.defaults.max_attempts, 1);
+}
+
+#[test]
+fn retry_budget_is_in_range() {
+    let budget = |body: &str| format!("{BASE}defaults:\n  retryBudget: {{ {body} }}\n");
+    for bad in ["-0.1", "10.5"] {
+        assert_eq!(
+            one_error(&budget(&format!("ratio: {bad}"))),
+            format!(
+                "t.yaml:7:25: defaults.retryBudget.ratio: must be between 0 and 10 (got {bad})"
+            )
+        );
+    }
+    assert_eq!(
+        one_error(&budget("ratio: .nan")),
+        "t.yaml:7:25: defaults.retryBudget.ratio: infinite and NaN numbers are not supported"
+    );
+    for bad in ["-1", "100001"] {
+        assert_eq!(
+            one_error(&budget(&format!("minPerSecond: {bad}"))),
+            format!(
+                "t.yaml:7:32: defaults.retryBudget.minPerSecond: must be between 0 and 100000 \
+                 (got {bad})"
+            )
+        );
+    }
+    assert_eq!(
+        one_error(&budget("ratio: 0.1, windowSeconds: 10")),
+        "t.yaml:7:30: defaults.retryBudget.windowSeconds: unknown key; expected `ratio` or \
+         `minPerSecond`"
+    );
+    let d = load(BASE).unwrap().defaults.retry_budget;
+    assert_eq!((d.ratio, d.min_per_second), (0.2, 5.0));
+    let d = load(&budget("ratio: 10, minPerSecond: 0"))
+        .unwrap()
+        .defaults
+        .retry_budget;
+    assert_eq!((d.ratio, d.min_per_second), (10.0, 0.0));
+    let d = load(&budget("ratio: 0, minPerSecond: 100000"))
+        .unwrap()
+        .defaults
+        .retry_budget;
+    assert_eq!((d.ratio, d.min_per_second), (0.0, 100_000.0));
+}
+
+#[test]
+fn caller_deadline_and_overrides_are_booleans_default_true() {
+    let c = load(BASE).unwrap();
+    assert!(c.server.caller_deadline && c.server.caller_overrides);
+    let c = load(&with_server(
+        "  callerDeadline: false\n  callerOverrides: false\n",
+    ))
+    .unwrap();
+    assert!(!c.server.caller_deadline && !c.server.caller_overrides);
+    assert_eq!(
+        one_error(&with_server("  callerDeadline: sometimes\n")),
+        "t.yaml:7:19: server.callerDeadline: invalid type: string \"sometimes\", expected a \
+         boolean"
     );
 }
 
@@ -871,7 +1294,8 @@ fn unknown_keys_point_at_the_key() {
     assert_eq!(
         one_error(&src),
         "t.yaml:11:40: rules[0].routeToTarget.fallback.targetFallback[0].tigger: unknown key; \
-         expected one of `target`, `model`, `triggerOn`, `firstByteTimeoutMilliseconds`"
+         expected one of `target`, `model`, `triggerOn`, `firstByteTimeoutMilliseconds`, \
+         `firstTokenTimeoutMilliseconds`, `streamIdleTimeoutMilliseconds`, `retry`, `hedge`"
     );
 }
 

@@ -201,8 +201,13 @@ pub(crate) fn validate(
             defaults_raw.circuit_breaker.as_ref(),
             "defaults.circuitBreaker",
         ),
-        max_attempts: sidetrack_config_default_max_attempts(),
-        retry_budget: crate::model::RetryBudgetPolicy::default(),
+        max_attempts: defaults_raw
+            .max_attempts
+            .and_then(|v| ctx.int_in(v, 1, MAX_ATTEMPTS_LIMIT, "defaults.maxAttempts"))
+            .map_or(DEFAULT_MAX_ATTEMPTS, |n| {
+                u32::try_from(n).unwrap_or(DEFAULT_MAX_ATTEMPTS)
+            }),
+        retry_budget: retry_budget(&mut ctx, defaults_raw.retry_budget.as_ref()),
     };
     let targets = targets::targets(&mut ctx, &raw.targets, &defaults.circuit_breaker);
     let rules = rules::rules(&mut ctx, &raw.rules, &targets);
@@ -406,8 +411,8 @@ fn server(ctx: &mut Ctx<'_>, raw: RawServer) -> Server {
         max_dynamic_destinations,
         allowed_origins,
         allow_pinning: raw.allow_pinning.unwrap_or(true),
-        caller_deadline: true,
-        caller_overrides: true,
+        caller_deadline: raw.caller_deadline.unwrap_or(true),
+        caller_overrides: raw.caller_overrides.unwrap_or(true),
     }
 }
 
@@ -579,7 +584,37 @@ fn logging(ctx: &mut Ctx<'_>, raw: RawLogging) -> Logging {
     }
 }
 
-/// Until `defaults.maxAttempts` is parsed.
-fn sidetrack_config_default_max_attempts() -> u32 {
-    crate::model::DEFAULT_MAX_ATTEMPTS
+/// `defaults.maxAttempts` upper bound (SPEC §11).
+const MAX_ATTEMPTS_LIMIT: i64 = 100;
+const MAX_BUDGET_RATIO: f64 = 10.0;
+const MAX_BUDGET_MIN_PER_SECOND: f64 = 100_000.0;
+
+/// `defaults.retryBudget`: `ratio` 0.0..=10.0 (default 0.2), `minPerSecond` 0..=100000 (default 5).
+fn retry_budget(ctx: &mut Ctx<'_>, raw: Option<&RawRetryBudget>) -> RetryBudgetPolicy {
+    let default = RetryBudgetPolicy::default();
+    let Some(raw) = raw else {
+        return default;
+    };
+    let mut number = |v: Option<f64>, hi: f64, fallback: f64, path: &str| match v {
+        Some(v) if !(0.0..=hi).contains(&v) => {
+            ctx.err(path, format!("must be between 0 and {hi} (got {v})"));
+            fallback
+        }
+        Some(v) => v,
+        None => fallback,
+    };
+    RetryBudgetPolicy {
+        ratio: number(
+            raw.ratio,
+            MAX_BUDGET_RATIO,
+            default.ratio,
+            "defaults.retryBudget.ratio",
+        ),
+        min_per_second: number(
+            raw.min_per_second,
+            MAX_BUDGET_MIN_PER_SECOND,
+            default.min_per_second,
+            "defaults.retryBudget.minPerSecond",
+        ),
+    }
 }

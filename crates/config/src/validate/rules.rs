@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sidetrack_resilience::{ErrorKind, StatusMatcher, TriggerError, Triggers};
+use sidetrack_resilience::{StatusMatcher, TriggerName, Triggers};
 
 use super::Ctx;
 use crate::located::{join_index, join_key};
@@ -13,6 +13,40 @@ const MAX_PRIORITY: i64 = 1_000_000;
 const MIN_FIRST_BYTE_TIMEOUT_MS: i64 = 50;
 const MAX_FIRST_BYTE_TIMEOUT_MS: i64 = 900_000;
 const MAX_STATUS_CODES: usize = 10;
+/// `firstTokenTimeoutMilliseconds` / `streamIdleTimeoutMilliseconds` (SPEC §11).
+const STREAM_TIMEOUT_RANGE: (i64, i64) = (50, 900_000);
+/// `retry.attempts`: retries after the first attempt.
+const MAX_RETRY_ATTEMPTS: i64 = 10;
+const MAX_BACKOFF_MS: i64 = 60_000;
+const DEFAULT_BACKOFF_MS: u64 = 100;
+const MAX_MAX_BACKOFF_MS: i64 = 300_000;
+const DEFAULT_MAX_BACKOFF_MS: u64 = 2000;
+/// `hedge.afterMilliseconds`.
+const HEDGE_AFTER_RANGE: (i64, i64) = (10, 900_000);
+
+/// The per-hop keys (SPEC §5.3, §11) as written on one hop: `fallback` (the primary), a
+/// `targetFallback` entry or a `priorityGroups` entry. Nothing is inherited between hops.
+struct HopKeys<'a> {
+    trigger_on: Option<&'a RawTriggerOn>,
+    first_byte_timeout: Option<i64>,
+    first_token_timeout: Option<i64>,
+    stream_idle_timeout: Option<i64>,
+    retry: Option<&'a RawRetry>,
+    hedge: Option<&'a RawHedge>,
+}
+
+macro_rules! hop_keys {
+    ($raw:expr) => {
+        HopKeys {
+            trigger_on: $raw.trigger_on.as_ref(),
+            first_byte_timeout: $raw.first_byte_timeout_milliseconds,
+            first_token_timeout: $raw.first_token_timeout_milliseconds,
+            stream_idle_timeout: $raw.stream_idle_timeout_milliseconds,
+            retry: $raw.retry.as_ref(),
+            hedge: $raw.hedge.as_ref(),
+        }
+    };
+}
 
 pub(super) fn rules(ctx: &mut Ctx<'_>, raw: &[RawRule], targets: &[Target]) -> Vec<Rule> {
     let target_names: Vec<&str> = targets.iter().map(|t| t.name.as_str()).collect();
@@ -261,12 +295,7 @@ fn static_route(
             fallbacks: Vec::new(),
         };
     };
-    let primary_policy = hop_policy(
-        ctx,
-        fb.trigger_on.as_ref(),
-        fb.first_byte_timeout_milliseconds,
-        fallback_path,
-    );
+    let primary_policy = hop_policy(ctx, hop_keys!(fb), fallback_path);
     let breaker_mode = fb
         .circuit_breaker
         .as_ref()
@@ -286,20 +315,27 @@ fn static_route(
 
     let hops_path = join_key(fallback_path, "targetFallback");
     let hops = fb.target_fallback.as_deref().unwrap_or_default();
-    if hops.is_empty() {
-        ctx.err(&hops_path, "a fallback needs at least one targetFallback");
+    // SPEC §11: a `fallback` that sets primary-hop keys (`retry`, timeouts) may omit
+    // `targetFallback`; the route is then a single hop. A written empty list is still a mistake.
+    let primary_only = fb.target_fallback.is_none()
+        && (fb.retry.is_some()
+            || fb.first_byte_timeout_milliseconds.is_some()
+            || fb.first_token_timeout_milliseconds.is_some()
+            || fb.stream_idle_timeout_milliseconds.is_some());
+    if hops.is_empty() && !primary_only {
+        ctx.err(
+            &hops_path,
+            "a fallback needs at least one targetFallback, unless it sets primary-hop keys \
+             (retry, firstByteTimeoutMilliseconds, firstTokenTimeoutMilliseconds, \
+             streamIdleTimeoutMilliseconds)",
+        );
     }
     let mut fallbacks = Vec::new();
     for (j, h) in hops.iter().enumerate() {
         let hop_path = join_index(&hops_path, j);
         let destination = destination(ctx, &h.target, h.model.as_deref(), &hop_path, targets);
         seen.add(ctx, &destination, &hop_path);
-        let policy = hop_policy(
-            ctx,
-            h.trigger_on.as_ref(),
-            h.first_byte_timeout_milliseconds,
-            &hop_path,
-        );
+        let policy = hop_policy(ctx, hop_keys!(h), &hop_path);
         fallbacks.push(FallbackHop {
             destination,
             policy,
@@ -337,12 +373,7 @@ fn priority_groups(
             seen.add(ctx, &dest, &dest_path);
             destinations.push(dest);
         }
-        let policy = hop_policy(
-            ctx,
-            group.trigger_on.as_ref(),
-            group.first_byte_timeout_milliseconds,
-            &group_path,
-        );
+        let policy = hop_policy(ctx, hop_keys!(group), &group_path);
         out.push(PriorityGroup {
             destinations,
             policy,
@@ -409,37 +440,117 @@ fn is_header_name(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
-/// One hop's `triggerOn` + `firstByteTimeoutMilliseconds`, both under `path`. Nothing is
-/// inherited: an omitted `triggerOn` is the default set, an omitted timeout is none.
-fn hop_policy(
-    ctx: &mut Ctx<'_>,
-    trigger_on: Option<&RawTriggerOn>,
-    first_byte_timeout_ms: Option<i64>,
-    path: &str,
-) -> HopPolicy {
-    let triggers = triggers(ctx, trigger_on, &join_key(path, "triggerOn"));
-    let first_byte_timeout = first_byte_timeout_ms.and_then(|v| {
+/// One hop's keys, all under `path`. Nothing is inherited: an omitted `triggerOn` is the
+/// default set, an omitted timeout is none, an omitted `retry` is no retries, an omitted `hedge`
+/// is no hedging.
+fn hop_policy(ctx: &mut Ctx<'_>, keys: HopKeys<'_>, path: &str) -> HopPolicy {
+    let triggers = triggers(
+        ctx,
+        keys.trigger_on,
+        &join_key(path, "triggerOn"),
+        "so this hop could never fall back; omit `triggerOn` to use the defaults",
+    );
+    let mut timeout = |v: Option<i64>, (lo, hi): (i64, i64), key: &str| {
+        v.and_then(|v| ctx.int_in(v, lo, hi, &join_key(path, key)))
+            .map(Duration::from_millis)
+    };
+    let first_byte_timeout = timeout(
+        keys.first_byte_timeout,
+        (MIN_FIRST_BYTE_TIMEOUT_MS, MAX_FIRST_BYTE_TIMEOUT_MS),
+        "firstByteTimeoutMilliseconds",
+    );
+    let first_token_timeout = timeout(
+        keys.first_token_timeout,
+        STREAM_TIMEOUT_RANGE,
+        "firstTokenTimeoutMilliseconds",
+    );
+    let stream_idle_timeout = timeout(
+        keys.stream_idle_timeout,
+        STREAM_TIMEOUT_RANGE,
+        "streamIdleTimeoutMilliseconds",
+    );
+    let hedge = keys.hedge.and_then(|h| {
+        let (lo, hi) = HEDGE_AFTER_RANGE;
         ctx.int_in(
-            v,
-            MIN_FIRST_BYTE_TIMEOUT_MS,
-            MAX_FIRST_BYTE_TIMEOUT_MS,
-            &join_key(path, "firstByteTimeoutMilliseconds"),
+            h.after_milliseconds,
+            lo,
+            hi,
+            &join_key(path, "hedge.afterMilliseconds"),
         )
-        .map(Duration::from_millis)
+        .map(|ms| HedgePolicy {
+            after: Duration::from_millis(ms),
+        })
     });
-    HopPolicy::new(triggers, first_byte_timeout)
+    let retry = keys
+        .retry
+        .map(|r| retry_policy(ctx, r, &join_key(path, "retry")));
+    HopPolicy {
+        triggers,
+        first_byte_timeout,
+        first_token_timeout,
+        stream_idle_timeout,
+        retry,
+        hedge,
+    }
 }
 
-fn triggers(ctx: &mut Ctx<'_>, raw: Option<&RawTriggerOn>, path: &str) -> Triggers {
+/// A hop's `retry` block at `path`, defaults applied.
+fn retry_policy(ctx: &mut Ctx<'_>, r: &RawRetry, path: &str) -> RetryPolicy {
+    let attempts = r
+        .attempts
+        .and_then(|v| ctx.int_in(v, 0, MAX_RETRY_ATTEMPTS, &join_key(path, "attempts")))
+        .map_or(0, |n| u32::try_from(n).unwrap_or(0));
+    let backoff_path = join_key(path, "backoffMilliseconds");
+    let backoff = r
+        .backoff_milliseconds
+        .and_then(|v| ctx.int_in(v, 0, MAX_BACKOFF_MS, &backoff_path));
+    let max_path = join_key(path, "maxBackoffMilliseconds");
+    let max_backoff = r
+        .max_backoff_milliseconds
+        .and_then(|v| ctx.int_in(v, 0, MAX_MAX_BACKOFF_MS, &max_path));
+    let (b, m) = (
+        backoff.unwrap_or(DEFAULT_BACKOFF_MS),
+        max_backoff.unwrap_or(DEFAULT_MAX_BACKOFF_MS),
+    );
+    // Checked only between values that passed their own range (or are defaults); reported at
+    // the written key that breaks it (the max when written, else the base).
+    let in_range = (r.backoff_milliseconds.is_none() || backoff.is_some())
+        && (r.max_backoff_milliseconds.is_none() || max_backoff.is_some());
+    if in_range && m < b {
+        let at = if r.max_backoff_milliseconds.is_some() {
+            &max_path
+        } else {
+            &backoff_path
+        };
+        ctx.err(
+            at,
+            format!("maxBackoffMilliseconds ({m}) must be at least backoffMilliseconds ({b})"),
+        );
+    }
+    let on = r.on.as_ref().map(|on| {
+        triggers(
+            ctx,
+            Some(on),
+            &join_key(path, "on"),
+            "so no outcome could retry; omit `on` to retry on the hop's triggers",
+        )
+    });
+    RetryPolicy {
+        attempts,
+        backoff: Duration::from_millis(b),
+        max_backoff: Duration::from_millis(m),
+        on,
+    }
+}
+
+/// A `triggerOn` (or `retry.on`) at `path`; `None` is the default set. `empty` ends the message
+/// for a block that lists nothing.
+fn triggers(ctx: &mut Ctx<'_>, raw: Option<&RawTriggerOn>, path: &str, empty: &str) -> Triggers {
     let Some(t) = raw else {
         return Triggers::default_set();
     };
     if t.status_codes.is_none() && t.errors.as_ref().is_none_or(|e| e.is_empty()) {
-        ctx.err(
-            path,
-            "lists no statusCodes and no errors, so this hop could never fall back; omit \
-             `triggerOn` to use the defaults",
-        );
+        ctx.err(path, format!("lists no statusCodes and no errors, {empty}"));
     }
     let mut statuses = Vec::new();
     if let Some(codes) = &t.status_codes {
@@ -464,14 +575,11 @@ fn triggers(ctx: &mut Ctx<'_>, raw: Option<&RawTriggerOn>, path: &str) -> Trigge
     if let Some(names) = &t.errors {
         let errors_path = join_key(path, "errors");
         for (k, name) in names.iter().enumerate() {
-            match ErrorKind::parse(name.trim()) {
-                Some(kind) => errors.push(kind),
-                None => ctx.err(
-                    &join_index(&errors_path, k),
-                    TriggerError::UnknownError(name.clone()).to_string(),
-                ),
+            match TriggerName::parse(name) {
+                Ok(n) => errors.push(n),
+                Err(e) => ctx.err(&join_index(&errors_path, k), e.to_string()),
             }
         }
     }
-    Triggers::explicit(statuses, &errors)
+    Triggers::explicit_names(statuses, &errors)
 }
