@@ -53,7 +53,11 @@ const SINGLE_RETRY: &str = r#"
 
 #[tokio::test]
 async fn a_transient_503_on_a_single_hop_route_is_retried_on_the_same_hop() {
-    let env = start(&with_rules(SINGLE_RETRY), behaviours(&[("m-flaky", fail_first(1))])).await;
+    let env = start(
+        &with_rules(SINGLE_RETRY),
+        behaviours(&[("m-flaky", fail_first(1))]),
+    )
+    .await;
     let r = env.chat("ask", false).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.header("x-sidetrack-attempts"), Some("2"));
@@ -77,7 +81,11 @@ async fn a_transient_503_on_a_single_hop_route_is_retried_on_the_same_hop() {
 
 #[tokio::test]
 async fn retries_stop_after_their_attempts_and_the_error_says_do_not_retry() {
-    let env = start(&with_rules(SINGLE_RETRY), behaviours(&[("m-flaky", status(503))])).await;
+    let env = start(
+        &with_rules(SINGLE_RETRY),
+        behaviours(&[("m-flaky", status(503))]),
+    )
+    .await;
     let r = env.chat("ask", false).await;
     assert_eq!(r.status, 503);
     assert_eq!(
@@ -97,16 +105,21 @@ async fn retries_stop_after_their_attempts_and_the_error_says_do_not_retry() {
 
 #[tokio::test]
 async fn an_upstream_retry_after_longer_than_max_backoff_is_not_waited_for() {
+    // A 429 (not a breaker failure by default, so the breaker stays closed) with Retry-After 30.
     let flaky = Behaviour {
-        status: Some(503),
+        status: Some(429),
         retry_after_seconds: Some(30),
         ..Behaviour::default()
     };
-    let env = start(&with_rules(SINGLE_RETRY), behaviours(&[("m-flaky", flaky)])).await;
+    let rules = SINGLE_RETRY.replace(
+        "maxBackoffMilliseconds: 50 }",
+        r#"maxBackoffMilliseconds: 50, on: { statusCodes: ["429", "5XX"] } }"#,
+    );
+    let env = start(&with_rules(&rules), behaviours(&[("m-flaky", flaky)])).await;
     let started = Instant::now();
     let r = env.chat("ask", false).await;
     assert!(started.elapsed() < Duration::from_secs(5));
-    assert_eq!(r.status, 503);
+    assert_eq!(r.status, 429);
     let rec = env.record(1).await;
     assert_eq!(kinds(&rec), ["FIRST"]);
     assert_eq!(
@@ -157,15 +170,11 @@ const STORM: &str = r#"
         retry: { attempts: 3, backoffMilliseconds: 1, maxBackoffMilliseconds: 5 }
 "#;
 
-/// Must-show 3: a destination failing 100% under 50 concurrent callers with `retry.attempts: 3`
-/// and the default budget makes at most 1.3× as many upstream attempts as requests (not 4×).
-#[tokio::test]
-async fn a_retry_storm_is_held_by_the_budget_and_the_breaker() {
-    let env = std::sync::Arc::new(
-        start(&with_rules(STORM), behaviours(&[("m-down", status(503))])).await,
-    );
+/// 50 concurrent callers, `EACH` requests each, all answered 503; returns the upstream attempts
+/// per request.
+async fn storm(env: Env) -> (std::sync::Arc<Env>, f64) {
+    let env = std::sync::Arc::new(env);
     const CALLERS: usize = 50;
-    const EACH: usize = 5;
     let mut tasks = Vec::new();
     for _ in 0..CALLERS {
         let env = env.clone();
@@ -180,11 +189,46 @@ async fn a_retry_storm_is_held_by_the_budget_and_the_breaker() {
     }
     let requests = (CALLERS * EACH) as f64;
     let attempts = env.hits("m-down") as f64;
-    assert!(
-        attempts <= 1.3 * requests,
-        "{attempts} upstream attempts for {requests} requests"
+    (env, attempts / requests)
+}
+
+const EACH: usize = 5;
+
+/// Must-show 3: a destination failing 100% under 50 concurrent callers with `retry.attempts: 3`
+/// and the default budget makes at most 1.3× as many upstream attempts as requests (not 4×).
+#[tokio::test]
+async fn a_retry_storm_is_held_by_the_budget_and_the_breaker() {
+    let env = start(&with_rules(STORM), behaviours(&[("m-down", status(503))])).await;
+    let (_, ratio) = storm(env).await;
+    assert!(ratio <= 1.3, "{ratio} upstream attempts per request");
+}
+
+/// The budget alone (breaker off): retries stay under ratio × first attempts + 10 × floor.
+#[tokio::test]
+async fn with_the_breaker_off_the_retry_budget_alone_holds_the_storm() {
+    let rules = STORM.replace(
+        "        retry:",
+        "        circuitBreaker: { mode: DISABLED }\n        retry:",
     );
-    assert!(attempts > requests, "some retries were made: {attempts}");
+    let yaml = format!(
+        "{}\ndefaults:\n  retryBudget: {{ ratio: 0.1, minPerSecond: 1 }}\n",
+        with_rules(&rules)
+    );
+    let env = start(&yaml, behaviours(&[("m-down", status(503))])).await;
+    let (env, ratio) = storm(env).await;
+    let requests = (50 * EACH) as f64;
+    // 250 first attempts: at most 0.1 × 250 + 10 × 1 = 35 retries (a few in flight at once).
+    assert!(ratio > 1.0, "retries were made: {ratio}");
+    assert!(ratio * requests <= requests + 40.0, "{ratio}");
+    let refused = env
+        .metric(r#"sidetrack_retry_budget_exhausted_total{target="up",model="m-down"}"#)
+        .await;
+    assert!(refused > 0.0);
+    let recs = env.log.wait_for(250, Duration::from_secs(10)).await;
+    assert!(recs.iter().any(|r| r
+        .attempts
+        .iter()
+        .any(|a| a.stopped_by.map(|s| s.as_str()) == Some("retryBudget"))));
 }
 
 const CHAIN3: &str = r#"
@@ -222,7 +266,10 @@ async fn max_attempts_ends_the_walk_with_the_last_response() {
 #[tokio::test]
 async fn the_callers_deadline_ends_a_slow_walk_with_504_deadline_exceeded() {
     let env = start(&with_rules(CHAIN3), behaviours(&[("m-a", slow(3000))])).await;
-    for header in [("x-sidetrack-timeout-ms", "300"), ("x-stainless-timeout", "0.3")] {
+    for header in [
+        ("x-sidetrack-timeout-ms", "300"),
+        ("x-stainless-timeout", "0.3"),
+    ] {
         let started = Instant::now();
         let r = env
             .post(
@@ -231,7 +278,10 @@ async fn the_callers_deadline_ends_a_slow_walk_with_504_deadline_exceeded() {
                 &[header],
             )
             .await;
-        assert!(started.elapsed() < Duration::from_millis(2500), "{header:?}");
+        assert!(
+            started.elapsed() < Duration::from_millis(2500),
+            "{header:?}"
+        );
         assert_eq!(r.status, 504, "{header:?}: {}", r.body);
         assert_eq!(r.json()["error"]["type"], "api_error");
         assert_eq!(r.header("x-should-retry"), Some("false"));
@@ -239,7 +289,11 @@ async fn the_callers_deadline_ends_a_slow_walk_with_504_deadline_exceeded() {
     let rec = env.record(1).await;
     assert_eq!(rec.reason, "deadlineExceeded");
     assert_eq!(rec.deadline_ms, 300);
-    assert_eq!(env.hits("m-b"), 0, "no fallback that cannot finish is started");
+    assert_eq!(
+        env.hits("m-b"),
+        0,
+        "no fallback that cannot finish is started"
+    );
     let rec2 = env.record(2).await;
     assert_eq!(rec2.deadline_ms, 300);
 }

@@ -361,19 +361,33 @@ impl<'a, 'p> Walker<'_, 'a, 'p> {
                     hedged: false,
                 } => fired,
             };
-            if !fired {
+            let succeeded = self
+                .out
+                .returned
+                .as_ref()
+                .is_some_and(|r| r.outcome.is_success());
+            if succeeded {
                 return HopEnd::Done;
             }
             if Instant::now() >= input.deadline {
-                self.out.deadline_exceeded = true;
+                // A trigger with no time left for anything after it: the deadline ends the walk.
+                self.out.deadline_exceeded = fired;
                 return HopEnd::Done;
             }
+            // `retry.on` may list what the triggers do not (e.g. 429): such an answer is retried
+            // too, and returned when it is not.
             match self.retry_decision(hop, retries_made) {
                 RetryDecision::Retry { after } => {
                     tokio::time::sleep(after).await;
                     retries_made += 1;
                     kind = AttemptKind::Retry;
                     self.out.retried = true;
+                }
+                RetryDecision::Advance(stopped) if !fired => {
+                    if stopped != StoppedBy::NotRetryable {
+                        self.stop_last(stopped);
+                    }
+                    return HopEnd::Done;
                 }
                 RetryDecision::Advance(stopped) => {
                     self.stop_last(stopped);
@@ -417,11 +431,11 @@ impl<'a, 'p> Walker<'_, 'a, 'p> {
     ) -> Option<std::time::SystemTime> {
         let input = self.input;
         self.attempts_made += 1;
-        input
-            .health
-            .note_attempt(&chosen.health, kind == AttemptKind::Retry);
+        // A retry took its place in the budget when it was decided.
         if kind == AttemptKind::Retry {
             chosen.health.metrics.retry();
+        } else {
+            input.health.note_first_attempt(&chosen.health);
         }
         input.metrics.traces().start() // None (and nothing else) when off
     }
@@ -530,7 +544,7 @@ impl<'a, 'p> Walker<'_, 'a, 'p> {
             attempts: policy.map_or(0, |p| p.attempts),
             breaker_admits: input.plan.breaker_mode == BreakerMode::Disabled
                 || input.health.can_admit(health),
-            budget_allows: input.health.retry_allowed(health, ratio, floor),
+            budget_allows: true, // asked last, below, where the retry is also counted
             attempts_so_far: self.attempts_made,
             max_attempts: input.max_attempts,
             retry_after_ms: None,
@@ -540,8 +554,11 @@ impl<'a, 'p> Walker<'_, 'a, 'p> {
             expected_ttfb: health.expected_ttfb(),
             jittered,
         });
-        if decision == RetryDecision::Advance(StoppedBy::RetryBudget) {
-            health.metrics.retry_budget_exhausted();
+        if let RetryDecision::Retry { .. } = decision {
+            if !input.health.take_retry(health, ratio, floor) {
+                health.metrics.retry_budget_exhausted();
+                return RetryDecision::Advance(StoppedBy::RetryBudget);
+            }
         }
         decision
     }

@@ -477,18 +477,30 @@ impl Health {
         }
     }
 
-    /// Notes an attempt on `d` in its retry budget: a retry of it, or any other attempt (a first
-    /// attempt, a fallback or hedge arriving from elsewhere).
-    pub fn note_attempt(&self, d: &DestHealth, retry: bool) {
+    /// Notes a first attempt on `d` in its retry budget (any attempt that is not a retry of it:
+    /// a fallback or hedge arriving from elsewhere too).
+    pub fn note_first_attempt(&self, d: &DestHealth) {
         let now = self.now();
         if let Ok(mut i) = d.inner.lock() {
-            let b = i.budget.get_or_insert_with(|| RetryBudget::new(now));
-            if retry {
-                b.record_retry(now);
-            } else {
-                b.record_first(now);
-            }
+            i.budget
+                .get_or_insert_with(|| RetryBudget::new(now))
+                .record_first(now);
         }
+    }
+
+    /// Takes one retry from `d`'s budget if it allows one now: the check and the count happen
+    /// under one lock, so concurrent requests cannot all pass the same check.
+    pub fn take_retry(&self, d: &DestHealth, ratio: f64, min_per_second: f64) -> bool {
+        let now = self.now();
+        let Ok(mut i) = d.inner.lock() else {
+            return false;
+        };
+        let b = i.budget.get_or_insert_with(|| RetryBudget::new(now));
+        let allowed = b.allows_retry(now, ratio, min_per_second);
+        if allowed {
+            b.record_retry(now);
+        }
+        allowed
     }
 
     /// Does `d`'s retry budget allow one more retry now?
