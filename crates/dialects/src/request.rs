@@ -39,7 +39,8 @@ pub struct Features {
 /// for the guardrail's trace) but is forwarded with them ([`BEDROCK_GUARDRAIL_HEADERS`]).
 pub fn is_guardrail_header(name: &str) -> bool {
     const PREFIX: &str = "x-amzn-bedrock-guardrail";
-    name.len() >= PREFIX.len() && name.as_bytes()[..PREFIX.len()].eq_ignore_ascii_case(PREFIX.as_bytes())
+    name.len() >= PREFIX.len()
+        && name.as_bytes()[..PREFIX.len()].eq_ignore_ascii_case(PREFIX.as_bytes())
 }
 
 /// The caller headers a `bedrock` destination is sent when the caller sent them (lowercase):

@@ -495,8 +495,14 @@ mod tests {
         use Format::*;
         assert!(guardrail_carried(Some(Converse), Converse));
         assert!(guardrail_carried(Some(Invoke), Invoke));
-        assert!(!guardrail_carried(Some(Converse), Chat), "translated: dropped");
-        assert!(!guardrail_carried(Some(Converse), Invoke), "another Bedrock format");
+        assert!(
+            !guardrail_carried(Some(Converse), Chat),
+            "translated: dropped"
+        );
+        assert!(
+            !guardrail_carried(Some(Converse), Invoke),
+            "another Bedrock format"
+        );
         assert!(!guardrail_carried(None, Converse));
 
         let guarded = Needs {

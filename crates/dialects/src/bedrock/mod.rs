@@ -199,7 +199,10 @@ mod tests {
         let plain = Bytes::from_static(br#"{"messages":[]}"#);
         let mut p = parse_request(Dialect::BedrockInvoke, "m", plain.clone(), false).unwrap();
         p.note_guardrail_headers(["content-type", "x-amzn-bedrock-trace"].into_iter());
-        assert_eq!(p.features.guardrail, None, "the trace switch alone is no guardrail");
+        assert_eq!(
+            p.features.guardrail, None,
+            "the trace switch alone is no guardrail"
+        );
         p.note_guardrail_headers(["X-Amzn-Bedrock-GuardrailIdentifier"].into_iter());
         assert_eq!(p.features.guardrail, Some(Dialect::BedrockInvoke));
         let mut p = parse_request(Dialect::BedrockConverse, "m", plain, false).unwrap();
@@ -213,7 +216,10 @@ mod tests {
             Bytes::from_static(br#"{"model":"m","messages":[],"guardrailConfig":{}}"#),
         )
         .unwrap();
-        assert_eq!(p.features.guardrail, None, "no guardrail field in OpenAI chat");
+        assert_eq!(
+            p.features.guardrail, None,
+            "no guardrail field in OpenAI chat"
+        );
         p.note_guardrail_headers(["x-amzn-bedrock-guardrailidentifier"].into_iter());
         assert_eq!(p.features.guardrail, Some(Dialect::BedrockInvoke));
     }
@@ -226,7 +232,8 @@ mod tests {
         let p = parse_request(Dialect::BedrockConverse, "m", body, false).unwrap();
         let e = Dialect::BedrockConverse.to_canonical(&p).unwrap_err();
         assert!(e.0.contains("guardrail"), "{e}");
-        let plain = Bytes::from_static(br#"{"messages":[{"role":"user","content":[{"text":"hi"}]}]}"#);
+        let plain =
+            Bytes::from_static(br#"{"messages":[{"role":"user","content":[{"text":"hi"}]}]}"#);
         let mut p = parse_request(Dialect::BedrockConverse, "m", plain, false).unwrap();
         assert!(Dialect::BedrockConverse.to_canonical(&p).is_ok());
         p.note_guardrail_headers(["x-amzn-bedrock-guardrailidentifier"].into_iter());
