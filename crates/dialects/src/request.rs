@@ -23,7 +23,33 @@ pub struct Features {
     pub json_schema: bool,
     /// A rough prompt size estimate (bytes / 4), for context-window eligibility.
     pub estimated_prompt_tokens: u64,
+    /// The request carries a guardrail or safety setting (SPEC §11): the format whose untranslated
+    /// request carries it. A destination enforces it only when it is sent the request in exactly
+    /// that format (the caller's own, passed through); translation would drop it, so every other
+    /// destination is `INELIGIBLE:guardrail`. Set by the Bedrock dialects for a non-null
+    /// `guardrailConfig` in the body, and by [`ParsedRequest::note_guardrail_headers`] for the
+    /// `X-Amzn-Bedrock-Guardrail*` headers. OpenAI chat, Responses and Anthropic Messages have no
+    /// request-side guardrail field.
+    pub guardrail: Option<Dialect>,
 }
+
+/// Whether `name` (a header name, any case) asks Bedrock for a guardrail:
+/// `X-Amzn-Bedrock-GuardrailIdentifier`, `X-Amzn-Bedrock-GuardrailVersion` (any
+/// `X-Amzn-Bedrock-Guardrail*`). `X-Amzn-Bedrock-Trace` alone sets no guardrail (it only asks
+/// for the guardrail's trace) but is forwarded with them ([`BEDROCK_GUARDRAIL_HEADERS`]).
+pub fn is_guardrail_header(name: &str) -> bool {
+    const PREFIX: &str = "x-amzn-bedrock-guardrail";
+    name.len() >= PREFIX.len()
+        && name.as_bytes()[..PREFIX.len()].eq_ignore_ascii_case(PREFIX.as_bytes())
+}
+
+/// The caller headers a `bedrock` destination is sent when the caller sent them (lowercase):
+/// InvokeModel's guardrail and its trace switch.
+pub const BEDROCK_GUARDRAIL_HEADERS: [&str; 3] = [
+    "x-amzn-bedrock-guardrailidentifier",
+    "x-amzn-bedrock-guardrailversion",
+    "x-amzn-bedrock-trace",
+];
 
 /// A caller request parsed once and kept: the original bytes plus what routing needs. Rendering for
 /// a hop in the same dialect only rewrites the `model` value in place; everything else is sent
@@ -210,6 +236,7 @@ impl ParsedRequest {
             tools,
             json_schema,
             estimated_prompt_tokens: (text.len() as u64) / 4,
+            guardrail: None,
         };
         // Read only when present (seldom): `{"include_usage": true, ...}`.
         let stream_usage = top.stream_options.map(|raw| {
@@ -282,6 +309,21 @@ impl ParsedRequest {
         }
     }
 
+    /// Notes the caller's headers (`names`, any case) that ask for a Bedrock guardrail
+    /// ([`is_guardrail_header`]). On a Bedrock caller the guardrail travels with the caller's own
+    /// format; on any other dialect no destination is sent the request untranslated to Bedrock, so
+    /// none can enforce it and every destination is `INELIGIBLE:guardrail` (never served
+    /// unguarded). A guardrail already found in the body is kept.
+    pub fn note_guardrail_headers<'n>(&mut self, mut names: impl Iterator<Item = &'n str>) {
+        if self.features.guardrail.is_some() || !names.any(is_guardrail_header) {
+            return;
+        }
+        self.features.guardrail = Some(match self.dialect {
+            Dialect::BedrockConverse => Dialect::BedrockConverse,
+            _ => Dialect::BedrockInvoke,
+        });
+    }
+
     /// The original body as the caller sent it.
     pub fn body(&self) -> &Bytes {
         &self.body
@@ -322,6 +364,8 @@ pub(crate) struct TopMembers<'a> {
     pub(crate) output_format: Option<&'a RawValue>,
     /// OpenAI chat's `stream_options` (`include_usage`).
     pub(crate) stream_options: Option<&'a RawValue>,
+    /// Bedrock's `guardrailConfig` (Converse; SPEC §11 guardrails).
+    pub(crate) guardrail_config: Option<&'a RawValue>,
 }
 
 /// Reads [`TopMembers`] and refuses a repeated top-level key or too many members, noting why in
@@ -368,6 +412,7 @@ impl<'de> Visitor<'de> for TopMembersSeed<'_> {
                 TopKey::ToolConfig => (&mut top.tool_config, "toolConfig"),
                 TopKey::OutputFormat => (&mut top.output_format, "output_format"),
                 TopKey::StreamOptions => (&mut top.stream_options, "stream_options"),
+                TopKey::GuardrailConfig => (&mut top.guardrail_config, "guardrailConfig"),
                 TopKey::Other(key) => {
                     if let Err(key) = others.insert(key) {
                         return Err(refuse(ParseError::DuplicateKey(shown_key(&key))));
@@ -450,6 +495,7 @@ enum TopKey<'de> {
     ToolConfig,
     OutputFormat,
     StreamOptions,
+    GuardrailConfig,
     Other(Cow<'de, str>),
 }
 
@@ -463,6 +509,7 @@ impl TopKey<'_> {
             "toolConfig" => TopKey::ToolConfig,
             "output_format" => TopKey::OutputFormat,
             "stream_options" => TopKey::StreamOptions,
+            "guardrailConfig" => TopKey::GuardrailConfig,
             _ => return None,
         })
     }
@@ -594,6 +641,7 @@ mod tests {
             tool_config: get("toolConfig"),
             output_format: get("output_format"),
             stream_options: get("stream_options"),
+            guardrail_config: get("guardrailConfig"),
         };
         let request = ParsedRequest::from_members(dialect, text, &members)?;
         Ok(ParsedRequest { body, ..request })

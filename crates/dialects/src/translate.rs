@@ -79,8 +79,18 @@ impl Dialect {
         }
     }
 
-    /// The caller body in the canonical form.
+    /// The caller body in the canonical form. A request that carries a guardrail
+    /// (`features.guardrail`) is refused: the canonical form has no place for it, and a guardrail
+    /// is never silently dropped (SPEC §11; routing already skips such destinations as
+    /// `INELIGIBLE:guardrail`, this keeps any other path honest).
     pub fn to_canonical(self, req: &ParsedRequest) -> Result<ChatRequest, TranslateError> {
+        if req.features.guardrail.is_some() {
+            return Err(TranslateError(
+                "the request carries a guardrail (guardrailConfig or X-Amzn-Bedrock-Guardrail* \
+                 headers), which cannot be carried into another format"
+                    .into(),
+            ));
+        }
         match self {
             Dialect::OpenAiChat => openai_chat::to_canonical(req),
             Dialect::OpenAiResponses => openai_responses::to_canonical(req),

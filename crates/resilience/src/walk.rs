@@ -93,6 +93,9 @@ pub struct Needs {
     pub tools: bool,
     pub json_schema: bool,
     pub estimated_prompt_tokens: u64,
+    /// The request carries a guardrail or safety setting (SPEC §11), e.g. Bedrock's
+    /// `guardrailConfig` or `X-Amzn-Bedrock-Guardrail*` headers.
+    pub guardrail: bool,
 }
 
 /// What a target declares it can do; `None` is "not declared" (assumed able).
@@ -101,11 +104,28 @@ pub struct Capabilities {
     pub tools: Option<bool>,
     pub json_schema: Option<bool>,
     pub context_window: Option<u64>,
+    /// The destination would enforce the request's guardrail: it is sent the request in the very
+    /// format that carried the guardrail (see [`guardrail_carried`]). Not declarable: a guardrail
+    /// is enforced by the upstream that understands it, never by translation.
+    pub guardrail: bool,
 }
 
-/// Eligibility (SPEC §5.7): the first capability the request needs and the target declares it
-/// lacks, in the order tools, JSON schema, context window.
+/// Whether a destination sent its request in `format` receives a guardrail that arrived in
+/// `carrier` (the format whose untranslated request holds it; `None`: no guardrail). Only the
+/// very same format does: translation through the canonical form has no place for a guardrail,
+/// and a provider of another format would not understand it, so the request would be served
+/// unguarded.
+pub fn guardrail_carried<F: PartialEq>(carrier: Option<F>, format: F) -> bool {
+    carrier.is_some_and(|c| c == format)
+}
+
+/// Eligibility (SPEC §5.7, §11): a guardrail the destination cannot enforce first (never served
+/// unguarded), then the first capability the request needs and the target declares it lacks, in
+/// the order tools, JSON schema, context window.
 pub fn ineligible(needs: Needs, caps: Capabilities) -> Option<Ineligible> {
+    if needs.guardrail && !caps.guardrail {
+        return Some(Ineligible::Guardrail);
+    }
     if needs.tools && caps.tools == Some(false) {
         return Some(Ineligible::Tools);
     }
@@ -430,11 +450,13 @@ mod tests {
             tools: true,
             json_schema: true,
             estimated_prompt_tokens: 10_000,
+            guardrail: false,
         };
         let none = Capabilities {
             tools: Some(false),
             json_schema: Some(false),
             context_window: Some(8_000),
+            guardrail: false,
         };
         assert_eq!(ineligible(all, none), Some(Ineligible::Tools));
         let tools_ok = Capabilities {
@@ -465,6 +487,75 @@ mod tests {
         );
         // A request without tools is not refused by a target without them.
         assert_eq!(ineligible(Needs::default(), none), None);
+    }
+
+    // §11: guardrails are never dropped
+    #[test]
+    fn a_guardrail_is_enforceable_only_in_the_format_that_carried_it_and_comes_first() {
+        #[derive(Debug, Clone, Copy, PartialEq)]
+        enum Format {
+            Converse,
+            Invoke,
+            Chat,
+        }
+        use Format::*;
+        assert!(guardrail_carried(Some(Converse), Converse));
+        assert!(guardrail_carried(Some(Invoke), Invoke));
+        assert!(
+            !guardrail_carried(Some(Converse), Chat),
+            "translated: dropped"
+        );
+        assert!(
+            !guardrail_carried(Some(Converse), Invoke),
+            "another Bedrock format"
+        );
+        assert!(!guardrail_carried(None, Converse));
+
+        let guarded = Needs {
+            guardrail: true,
+            ..Needs::default()
+        };
+        let able = |format| Capabilities {
+            guardrail: guardrail_carried(Some(Converse), format),
+            ..Capabilities::default()
+        };
+        assert_eq!(ineligible(guarded, able(Converse)), None);
+        assert_eq!(ineligible(guarded, able(Chat)), Some(Ineligible::Guardrail));
+        assert_eq!(
+            ineligible(guarded, Capabilities::default()),
+            Some(Ineligible::Guardrail),
+            "a destination is never assumed to enforce it"
+        );
+        // Without a guardrail nothing changes.
+        assert_eq!(ineligible(Needs::default(), able(Chat)), None);
+        // It is reported before any declared capability the destination also lacks.
+        let everything = Needs {
+            tools: true,
+            json_schema: true,
+            estimated_prompt_tokens: 10_000,
+            guardrail: true,
+        };
+        let lacking = Capabilities {
+            tools: Some(false),
+            json_schema: Some(false),
+            context_window: Some(8),
+            guardrail: false,
+        };
+        assert_eq!(ineligible(everything, lacking), Some(Ineligible::Guardrail));
+        assert_eq!(
+            ineligible(
+                everything,
+                Capabilities {
+                    guardrail: true,
+                    ..lacking
+                }
+            ),
+            Some(Ineligible::Tools)
+        );
+        assert_eq!(
+            Skip::Ineligible(Ineligible::Guardrail).as_str(),
+            "INELIGIBLE:guardrail"
+        );
     }
 
     // §5.5 / §5.7: the order of skip reasons, and DISABLED mode

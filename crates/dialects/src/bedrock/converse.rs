@@ -3,10 +3,12 @@
 //! (wire-formats.md §4.4, §2.4).
 //!
 //! The body has no `model` (it is in the path) and no `stream` flag (the path decides). Fields
-//! the canonical form cannot carry (`additionalModelRequestFields`, `guardrailConfig`,
-//! `promptVariables`, `requestMetadata`, `performanceConfig`, cache points, reasoning blocks) are
-//! dropped on translation; content it cannot carry at all (documents, videos, S3 images) makes
-//! the translation fail, so the destination is ineligible.
+//! the canonical form cannot carry (`additionalModelRequestFields`, `promptVariables`,
+//! `requestMetadata`, `performanceConfig`, cache points, reasoning blocks) are dropped on
+//! translation; content it cannot carry at all (documents, videos, S3 images) makes the
+//! translation fail, so the destination is ineligible. A `guardrailConfig` is never dropped: the
+//! request is not translated at all (`Dialect::to_canonical` refuses it; routing skips such
+//! destinations as `INELIGIBLE:guardrail`).
 
 use std::collections::BTreeMap;
 

@@ -48,10 +48,16 @@ pub fn parse_request(
     };
     // Converse has no portable structured-output field; the Anthropic body's is `output_format`.
     let json_schema = dialect == Dialect::BedrockInvoke && present(top.output_format);
+    // A guardrail in the body travels only with this very format (SPEC §11).
+    let guardrail = top
+        .guardrail_config
+        .is_some_and(|raw| raw.get() != "null")
+        .then_some(dialect);
     let features = Features {
         tools,
         json_schema,
         estimated_prompt_tokens: (body.len() as u64) / 4,
+        guardrail,
     };
     Ok(ParsedRequest::with_path_model(
         dialect,
@@ -171,5 +177,66 @@ mod tests {
             parse_request(Dialect::BedrockInvoke, "m", twice, false).unwrap_err(),
             ParseError::DuplicateKey("tools".into())
         );
+    }
+
+    #[test]
+    fn a_guardrail_in_the_body_or_the_headers_is_noted_with_the_format_that_carries_it() {
+        let with = Bytes::from_static(
+            br#"{"messages":[],"guardrailConfig":{"guardrailIdentifier":"gr-1","guardrailVersion":"1"}}"#,
+        );
+        let p = parse_request(Dialect::BedrockConverse, "m", with.clone(), false).unwrap();
+        assert_eq!(p.features.guardrail, Some(Dialect::BedrockConverse));
+        assert_eq!(p.body(), &with, "kept byte-for-byte");
+        let null = Bytes::from_static(br#"{"messages":[],"guardrailConfig":null}"#);
+        let p = parse_request(Dialect::BedrockConverse, "m", null, false).unwrap();
+        assert_eq!(p.features.guardrail, None);
+        let twice = Bytes::from_static(br#"{"guardrailConfig":{},"guardrailConfig":null}"#);
+        assert_eq!(
+            parse_request(Dialect::BedrockConverse, "m", twice, false).unwrap_err(),
+            ParseError::DuplicateKey("guardrailConfig".into())
+        );
+
+        let plain = Bytes::from_static(br#"{"messages":[]}"#);
+        let mut p = parse_request(Dialect::BedrockInvoke, "m", plain.clone(), false).unwrap();
+        p.note_guardrail_headers(["content-type", "x-amzn-bedrock-trace"].into_iter());
+        assert_eq!(
+            p.features.guardrail, None,
+            "the trace switch alone is no guardrail"
+        );
+        p.note_guardrail_headers(["X-Amzn-Bedrock-GuardrailIdentifier"].into_iter());
+        assert_eq!(p.features.guardrail, Some(Dialect::BedrockInvoke));
+        let mut p = parse_request(Dialect::BedrockConverse, "m", plain, false).unwrap();
+        p.note_guardrail_headers(["x-amzn-bedrock-guardrailversion"].into_iter());
+        assert_eq!(p.features.guardrail, Some(Dialect::BedrockConverse));
+
+        // Another dialect cannot pass a Bedrock guardrail through: it names InvokeModel, a format
+        // that dialect is never sent in, so no destination can take it.
+        let mut p = crate::ParsedRequest::parse_json_top(
+            Dialect::OpenAiChat,
+            Bytes::from_static(br#"{"model":"m","messages":[],"guardrailConfig":{}}"#),
+        )
+        .unwrap();
+        assert_eq!(
+            p.features.guardrail, None,
+            "no guardrail field in OpenAI chat"
+        );
+        p.note_guardrail_headers(["x-amzn-bedrock-guardrailidentifier"].into_iter());
+        assert_eq!(p.features.guardrail, Some(Dialect::BedrockInvoke));
+    }
+
+    #[test]
+    fn a_guardrailed_request_is_never_translated() {
+        let body = Bytes::from_static(
+            br#"{"messages":[{"role":"user","content":[{"text":"hi"}]}],"guardrailConfig":{"guardrailIdentifier":"gr-1","guardrailVersion":"1"}}"#,
+        );
+        let p = parse_request(Dialect::BedrockConverse, "m", body, false).unwrap();
+        let e = Dialect::BedrockConverse.to_canonical(&p).unwrap_err();
+        assert!(e.0.contains("guardrail"), "{e}");
+        let plain =
+            Bytes::from_static(br#"{"messages":[{"role":"user","content":[{"text":"hi"}]}]}"#);
+        let mut p = parse_request(Dialect::BedrockConverse, "m", plain, false).unwrap();
+        assert!(Dialect::BedrockConverse.to_canonical(&p).is_ok());
+        p.note_guardrail_headers(["x-amzn-bedrock-guardrailidentifier"].into_iter());
+        assert!(Dialect::BedrockConverse.to_canonical(&p).is_err());
     }
 }

@@ -103,19 +103,27 @@ struct Chosen<'p, 'a> {
 /// A skip on one hop: the member's position, why, and for an untranslatable request, what.
 type SkipNote = (usize, Skip, Option<String>);
 
-/// Phase "eligibility": can this destination carry the request, by its declared `capabilities`?
+/// Phase "eligibility": can this destination carry the request, by its declared `capabilities`,
+/// and enforce its guardrail (SPEC §11: only a destination sent the request in the format that
+/// carried the guardrail, i.e. untranslated)?
 fn ineligible(dest: &Dest<'_>, req: &ParsedRequest) -> Option<Ineligible> {
     let caps = &dest.target.capabilities;
+    let guardrail = req.features.guardrail;
     walk::ineligible(
         walk::Needs {
             tools: req.features.tools,
             json_schema: req.features.json_schema,
             estimated_prompt_tokens: req.features.estimated_prompt_tokens,
+            guardrail: guardrail.is_some(),
         },
         walk::Capabilities {
             tools: caps.tools,
             json_schema: caps.json_schema,
             context_window: caps.context_window,
+            guardrail: walk::guardrail_carried(
+                guardrail,
+                providers::format_for(dest.target.provider, req.dialect),
+            ),
         },
     )
 }

@@ -10,7 +10,7 @@ use aws_sigv4::sign::v4;
 use aws_smithy_runtime_api::client::identity::Identity;
 use bytes::Bytes;
 use http::header::{ACCEPT, AUTHORIZATION};
-use http::HeaderValue;
+use http::{HeaderName, HeaderValue};
 use http_body_util::Full;
 use sidetrack_dialects::Dialect;
 
@@ -23,9 +23,16 @@ pub fn request(out: Outbound<'_>) -> Result<http::Request<Full<Bytes>>, BuildErr
         _ => sidetrack_dialects::bedrock::converse::path(out.model, out.stream),
     };
     let (stream, credential) = (out.stream, out.endpoint.credential(out.target)?);
-    let (target, body) = (out.target, out.body.clone());
+    let (target, body, caller) = (out.target, out.body.clone(), out.caller_headers);
     let mut req = post(out, &path)?;
     let h = req.headers_mut();
+    // A caller's guardrail goes with it (SPEC §11). Eligibility sends a guardrailed request only
+    // to a destination of the caller's own Bedrock format; set before signing, so SigV4 covers it.
+    for name in sidetrack_dialects::request::BEDROCK_GUARDRAIL_HEADERS {
+        if let Some(v) = caller.get(name) {
+            h.insert(HeaderName::from_static(name), v.clone());
+        }
+    }
     h.insert(
         ACCEPT,
         HeaderValue::from_static(if stream {

@@ -170,7 +170,8 @@ pub struct Outbound<'a> {
     pub format: Dialect,
     pub body: Bytes,
     pub stream: bool,
-    /// The caller's headers, for the few that are forwarded (`anthropic-version`, `anthropic-beta`).
+    /// The caller's headers, for the few that are forwarded (`anthropic-version`, `anthropic-beta`;
+    /// Bedrock's `x-amzn-bedrock-guardrailidentifier`, `-guardrailversion`, `-trace`).
     pub caller_headers: &'a HeaderMap,
 }
 

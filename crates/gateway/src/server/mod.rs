@@ -232,13 +232,15 @@ fn handle(
         };
 
         // parse
-        let parsed: ParsedRequest =
+        let mut parsed: ParsedRequest =
             match dialect.parse_request(body, path_model.as_deref(), path_stream) {
                 Ok(p) => p,
                 Err(e) => {
                     return ctx.reject(GatewayErrorKind::InvalidRequest, &e.to_string(), e.why())
                 }
             };
+        // SPEC §11: a guardrail asked for in headers is routed like one in the body.
+        parsed.note_guardrail_headers(parts.headers.keys().map(http::HeaderName::as_str));
         ctx.requested_model = Some(parsed.model.clone());
         ctx.streamed = parsed.stream;
         // access: the principal's allow-list, for every route (a pin is checked by its model part)
