@@ -255,6 +255,7 @@ impl Lint<'_> {
                 code,
                 headers: Vec::new(),
                 error,
+                class: None,
             }) == Ok(true)
         };
         let statuses = p.triggers.statuses();

@@ -487,3 +487,40 @@ async fn an_exhausted_chain_with_open_breakers_says_when_to_come_back() {
     let ms: u64 = r.header("retry-after-ms").unwrap().parse().unwrap();
     assert!(ms <= secs * 1000 && ms > (secs - 1) * 1000);
 }
+
+/// Must-show 5: once the primary's breaker is open, the OpenAI and Anthropic SDKs at their default
+/// `max_retries` make exactly one request per call, and the error tells them when to come back.
+#[tokio::test]
+async fn sdks_make_one_request_per_call_once_the_breaker_is_open() {
+    let rules = r#"
+  - name: o
+    priority: 10
+    matchModels: ["ask"]
+    routeToTarget:
+      staticRoute: { target: up, model: m-a }
+"#;
+    let env = start(&with_rules(rules), behaviours(&[("m-a", status(503))])).await;
+    for _ in 0..5 {
+        env.chat("ask", false).await;
+    }
+    assert_eq!(env.breaker("up", "m-a").await, "OPEN");
+    let base = env.gw.base_url();
+    let mut records = 5;
+    for sdk in ["openai", "anthropic"] {
+        let hits = env.hits("m-a");
+        let out = common::run_sdk("retry_hint.py", &[sdk, &base, "ask", "3"]).await;
+        let calls = out.as_array().unwrap();
+        assert_eq!(calls.len(), 3);
+        for call in calls {
+            assert_eq!(call["status"], 503, "{sdk}: {call}");
+            assert_eq!(call["should_retry"], "false", "{sdk}: {call}");
+            let secs: u64 = call["retry_after"].as_str().unwrap().parse().unwrap();
+            assert!((1..=30).contains(&secs), "{sdk}: {call}");
+            assert!(call["retry_after_ms"].as_str().is_some(), "{sdk}: {call}");
+        }
+        records += 3;
+        let recs = env.log.wait_for(records, Duration::from_secs(10)).await;
+        assert_eq!(recs.len(), records, "{sdk}: one request per call");
+        assert_eq!(env.hits("m-a") - hits, 3, "{sdk}: one upstream attempt per call");
+    }
+}

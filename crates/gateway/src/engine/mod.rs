@@ -684,6 +684,7 @@ fn condition_input<'a>(
             })
             .unwrap_or_default(),
         error: attempt.outcome.error_kind().map(ErrorKind::as_str),
+        class: attempt.class.map(sidetrack_resilience::ErrorClass::as_str),
     }
 }
 
