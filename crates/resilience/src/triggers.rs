@@ -72,7 +72,11 @@ impl fmt::Display for TriggerError {
             ),
             TriggerError::UnknownError(s) => {
                 let names: Vec<&str> = ErrorKind::ALL.into_iter().map(ErrorKind::as_str).collect();
-                write!(f, "unknown error `{s}` (expected one of {})", names.join(", "))
+                write!(
+                    f,
+                    "unknown error `{s}` (expected one of {})",
+                    names.join(", ")
+                )
             }
             TriggerError::UnknownName(s) => {
                 let names: Vec<&str> = TriggerName::all().map(TriggerName::as_str).collect();

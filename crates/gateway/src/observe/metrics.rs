@@ -108,9 +108,14 @@ pub enum AttemptOutcome {
     ConnectionError,
     FirstByteTimeout,
     Unroutable,
+    FirstTokenTimeout,
+    StreamIdleTimeout,
 }
 
 impl AttemptOutcome {
+    /// How many there are (a destination's counters are indexed by the variant).
+    pub const COUNT: usize = 7;
+
     pub fn as_str(self) -> &'static str {
         match self {
             AttemptOutcome::Success => "SUCCESS",
@@ -118,6 +123,8 @@ impl AttemptOutcome {
             AttemptOutcome::ConnectionError => "CONNECTION_ERROR",
             AttemptOutcome::FirstByteTimeout => "FIRST_BYTE_TIMEOUT",
             AttemptOutcome::Unroutable => "UNROUTABLE",
+            AttemptOutcome::FirstTokenTimeout => "FIRST_TOKEN_TIMEOUT",
+            AttemptOutcome::StreamIdleTimeout => "STREAM_IDLE_TIMEOUT",
         }
     }
 }
@@ -130,6 +137,8 @@ impl From<Outcome> for AttemptOutcome {
             Outcome::Error(ErrorKind::ConnectionError) => AttemptOutcome::ConnectionError,
             Outcome::Error(ErrorKind::FirstByteTimeout) => AttemptOutcome::FirstByteTimeout,
             Outcome::Error(ErrorKind::Unroutable) => AttemptOutcome::Unroutable,
+            Outcome::Error(ErrorKind::FirstTokenTimeout) => AttemptOutcome::FirstTokenTimeout,
+            Outcome::Error(ErrorKind::StreamIdleTimeout) => AttemptOutcome::StreamIdleTimeout,
         }
     }
 }
@@ -721,7 +730,7 @@ pub struct DestMetrics {
     time_to_first_byte: OnceLock<Histogram>,
     attempts_family: Family<AttemptLabels, Counter>,
     tokens_family: Family<TokenLabels, Counter>,
-    attempts: [OnceLock<Counter>; 5],
+    attempts: [OnceLock<Counter>; AttemptOutcome::COUNT],
     tokens: [OnceLock<Counter>; 2],
 }
 
@@ -814,6 +823,18 @@ impl Drop for InFlightGuard {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_attempt_outcome_has_its_counter_slot() {
+        let outcomes = [Outcome::Success(200), Outcome::Status(500)]
+            .into_iter()
+            .chain(ErrorKind::ALL.map(Outcome::Error));
+        for o in outcomes {
+            let a = AttemptOutcome::from(o);
+            assert!((a as usize) < AttemptOutcome::COUNT, "{o:?}");
+            assert_eq!(a.as_str(), o.label());
+        }
+    }
+
     use super::*;
 
     fn open() -> BreakerState {

@@ -71,11 +71,23 @@ pub async fn start(yaml: &str, mock_cfg: MockConfig) -> Env {
 
 /// Like [`start`], with breakers reading `clock` (a manual clock steps through open windows).
 pub async fn start_with_clock(yaml: &str, mock_cfg: MockConfig, clock: Clock) -> Env {
+    start_edited(yaml, mock_cfg, clock, |_| {}).await
+}
+
+/// Like [`start_with_clock`], with `edit` applied to the parsed config before the gateway starts
+/// (for model fields the YAML does not parse yet).
+pub async fn start_edited(
+    yaml: &str,
+    mock_cfg: MockConfig,
+    clock: Clock,
+    edit: impl FnOnce(&mut sidetrack_config::Config),
+) -> Env {
     let mock = MockServer::start(mock_cfg).await.unwrap();
     let src = yaml
         .replace("${MOCK}", &mock.base_url())
         .replace("${DEAD}", &dead_url());
-    let cfg = sidetrack_config::load_str(&src, "test.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let mut cfg = sidetrack_config::load_str(&src, "test.yaml").unwrap_or_else(|e| panic!("{e}"));
+    edit(&mut cfg);
     let log = RoutingLog::memory();
     let options = GatewayOptions {
         listen: Some("127.0.0.1:0".parse().unwrap()),
