@@ -371,7 +371,8 @@ fn error_names_must_be_known() {
             "triggerOn: { errors: [CONNECTION_ERROR, TIMEOUT] }"
         )),
         "t.yaml:10:59: rules[0].routeToTarget.fallback.triggerOn.errors[1]: unknown error \
-         `TIMEOUT` (expected CONNECTION_ERROR, FIRST_BYTE_TIMEOUT or UNROUTABLE)"
+         `TIMEOUT` (expected one of CONNECTION_ERROR, FIRST_BYTE_TIMEOUT, UNROUTABLE, \
+         FIRST_TOKEN_TIMEOUT, STREAM_IDLE_TIMEOUT)"
     );
 }
 
