@@ -2,7 +2,7 @@
 //! fallback, probably do not do what their author meant. Each is located like an error
 //! (`FILE:LINE:COL: path: message`); none stops the config from loading.
 
-use sidetrack_resilience::{ConditionInput, ErrorKind, StreamTimeout, UnhealthyCondition};
+use sidetrack_resilience::{ConditionInput, ErrorKind, UnhealthyCondition};
 
 use crate::error::ConfigError;
 use crate::glob::glob_match;
@@ -141,17 +141,17 @@ impl Lint<'_> {
         }
         for (timeout, set, key) in [
             (
-                StreamTimeout::FirstToken,
+                ErrorKind::FirstTokenTimeout,
                 p.first_token_timeout.is_some(),
                 "firstTokenTimeoutMilliseconds",
             ),
             (
-                StreamTimeout::StreamIdle,
+                ErrorKind::StreamIdleTimeout,
                 p.stream_idle_timeout.is_some(),
                 "streamIdleTimeoutMilliseconds",
             ),
         ] {
-            if p.triggers.fires_stream_timeout(timeout) && !set {
+            if p.triggers.errors().contains(&timeout) && !set {
                 self.warn(
                     &format!("{at}.triggerOn.errors"),
                     format!(

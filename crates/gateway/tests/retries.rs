@@ -521,6 +521,10 @@ async fn sdks_make_one_request_per_call_once_the_breaker_is_open() {
         records += 3;
         let recs = env.log.wait_for(records, Duration::from_secs(10)).await;
         assert_eq!(recs.len(), records, "{sdk}: one request per call");
-        assert_eq!(env.hits("m-a") - hits, 3, "{sdk}: one upstream attempt per call");
+        assert_eq!(
+            env.hits("m-a") - hits,
+            3,
+            "{sdk}: one upstream attempt per call"
+        );
     }
 }

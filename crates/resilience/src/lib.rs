@@ -24,4 +24,4 @@ pub use retry_after::{
     parse_go_duration, parse_http_date, parse_millis, parse_retry_after, parse_rfc3339,
     parse_seconds,
 };
-pub use triggers::{StatusMatcher, StreamTimeout, TriggerError, TriggerName, Triggers};
+pub use triggers::{StatusMatcher, TriggerError, TriggerName, Triggers};

@@ -10,13 +10,22 @@ pub enum ErrorKind {
     FirstByteTimeout,
     /// No target for the model, or the target does not serve it. No request was sent.
     Unroutable,
+    /// A streamed request: no content event within the hop's `firstTokenTimeoutMilliseconds` of
+    /// the send, before the commit (SPEC §11).
+    FirstTokenTimeout,
+    /// A streamed answer fell silent (no upstream chunk) for longer than the hop's
+    /// `streamIdleTimeoutMilliseconds` before the commit (SPEC §11). After the commit the same
+    /// silence ends the caller's stream with the explicit error instead (a mid-stream failure).
+    StreamIdleTimeout,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 3] = [
+    pub const ALL: [ErrorKind; 5] = [
         ErrorKind::ConnectionError,
         ErrorKind::FirstByteTimeout,
         ErrorKind::Unroutable,
+        ErrorKind::FirstTokenTimeout,
+        ErrorKind::StreamIdleTimeout,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -24,6 +33,8 @@ impl ErrorKind {
             ErrorKind::ConnectionError => "CONNECTION_ERROR",
             ErrorKind::FirstByteTimeout => "FIRST_BYTE_TIMEOUT",
             ErrorKind::Unroutable => "UNROUTABLE",
+            ErrorKind::FirstTokenTimeout => "FIRST_TOKEN_TIMEOUT",
+            ErrorKind::StreamIdleTimeout => "STREAM_IDLE_TIMEOUT",
         }
     }
 
@@ -36,6 +47,8 @@ impl ErrorKind {
             ErrorKind::ConnectionError => 1,
             ErrorKind::FirstByteTimeout => 2,
             ErrorKind::Unroutable => 4,
+            ErrorKind::FirstTokenTimeout => 8,
+            ErrorKind::StreamIdleTimeout => 16,
         }
     }
 }

@@ -52,7 +52,7 @@ pub enum TriggerError {
     BadStatus(String),
     StatusOutOfRange(String),
     UnknownError(String),
-    /// A name that is none of the error kinds, stream timeouts or error classes
+    /// A name that is none of the error kinds (stream timeouts included) or error classes
     /// ([`TriggerName::parse`]).
     UnknownName(String),
 }
@@ -70,10 +70,14 @@ impl fmt::Display for TriggerError {
                 f,
                 "status code `{s}` is outside 400-599 (only 4xx/5xx answers can trigger a fallback)"
             ),
-            TriggerError::UnknownError(s) => write!(
-                f,
-                "unknown error `{s}` (expected CONNECTION_ERROR, FIRST_BYTE_TIMEOUT or UNROUTABLE)"
-            ),
+            TriggerError::UnknownError(s) => {
+                let names: Vec<&str> = ErrorKind::ALL.into_iter().map(ErrorKind::as_str).collect();
+                write!(
+                    f,
+                    "unknown error `{s}` (expected one of {})",
+                    names.join(", ")
+                )
+            }
             TriggerError::UnknownName(s) => {
                 let names: Vec<&str> = TriggerName::all().map(TriggerName::as_str).collect();
                 write!(
@@ -88,54 +92,11 @@ impl fmt::Display for TriggerError {
 
 impl std::error::Error for TriggerError {}
 
-/// The two stream timeouts of SPEC §11 (`firstTokenTimeoutMilliseconds`,
-/// `streamIdleTimeoutMilliseconds`) as trigger names.
-///
-/// They are not [`ErrorKind`]s yet: the gateway matches `ErrorKind` exhaustively, so the variants
-/// join it when the gateway records these outcomes. Until then a trigger set answers for them
-/// through [`Triggers::fires_stream_timeout`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StreamTimeout {
-    /// No content event within `firstTokenTimeoutMilliseconds`.
-    FirstToken,
-    /// Silence between upstream events longer than `streamIdleTimeoutMilliseconds`, before commit.
-    StreamIdle,
-}
-
-impl StreamTimeout {
-    pub const ALL: [StreamTimeout; 2] = [StreamTimeout::FirstToken, StreamTimeout::StreamIdle];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StreamTimeout::FirstToken => "FIRST_TOKEN_TIMEOUT",
-            StreamTimeout::StreamIdle => "STREAM_IDLE_TIMEOUT",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<StreamTimeout> {
-        StreamTimeout::ALL.into_iter().find(|t| t.as_str() == s)
-    }
-
-    fn bit(self) -> u8 {
-        match self {
-            StreamTimeout::FirstToken => 1,
-            StreamTimeout::StreamIdle => 2,
-        }
-    }
-}
-
-impl fmt::Display for StreamTimeout {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// One entry of `triggerOn.errors` / `retry.on.errors`: a transport outcome, a stream timeout or
-/// an error class read from the provider's answer.
+/// One entry of `triggerOn.errors` / `retry.on.errors`: an attempt's error outcome (a transport
+/// failure or a stream timeout, [`ErrorKind`]) or an error class read from the provider's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TriggerName {
     Kind(ErrorKind),
-    StreamTimeout(StreamTimeout),
     Class(ErrorClass),
 }
 
@@ -145,11 +106,6 @@ impl TriggerName {
         ErrorKind::ALL
             .into_iter()
             .map(TriggerName::Kind)
-            .chain(
-                StreamTimeout::ALL
-                    .into_iter()
-                    .map(TriggerName::StreamTimeout),
-            )
             .chain(ErrorClass::ALL.into_iter().map(TriggerName::Class))
     }
 
@@ -164,7 +120,6 @@ impl TriggerName {
     pub fn as_str(self) -> &'static str {
         match self {
             TriggerName::Kind(k) => k.as_str(),
-            TriggerName::StreamTimeout(t) => t.as_str(),
             TriggerName::Class(c) => c.as_str(),
         }
     }
@@ -184,16 +139,14 @@ impl fmt::Display for TriggerName {
 pub struct Triggers {
     statuses: Vec<StatusMatcher>,
     errors: ErrorSet,
-    /// [`StreamTimeout`] bits.
-    stream_timeouts: u8,
     classes: ClassSet,
     is_default: bool,
 }
 
 impl Triggers {
-    /// `5XX` + `CONNECTION_ERROR` + `FIRST_BYTE_TIMEOUT` + `UNROUTABLE` + `FIRST_TOKEN_TIMEOUT` +
-    /// `STREAM_IDLE_TIMEOUT` (SPEC §11: "default triggers gain both"). 429 is not included, and
-    /// no error class is.
+    /// `5XX` + every [`ErrorKind`]: `CONNECTION_ERROR`, `FIRST_BYTE_TIMEOUT`, `UNROUTABLE`,
+    /// `FIRST_TOKEN_TIMEOUT`, `STREAM_IDLE_TIMEOUT` (SPEC §11: "default triggers gain both"). 429
+    /// is not included, and no error class is.
     pub fn default_set() -> Triggers {
         let mut errors = ErrorSet::default();
         for k in ErrorKind::ALL {
@@ -202,10 +155,6 @@ impl Triggers {
         Triggers {
             statuses: vec![StatusMatcher::Class(5)],
             errors,
-            // SPEC §11 adds both stream timeouts to the default set; they join it when the gateway
-            // enforces `firstTokenTimeoutMilliseconds` and `streamIdleTimeoutMilliseconds` (until
-            // then `explain` would list triggers that can never happen).
-            stream_timeouts: 0,
             classes: ClassSet::default(),
             is_default: true,
         }
@@ -220,20 +169,18 @@ impl Triggers {
         Triggers {
             statuses,
             errors: set,
-            stream_timeouts: 0,
             classes: ClassSet::default(),
             is_default: false,
         }
     }
 
-    /// An explicit `triggerOn` (or `retry.on`) whose `errors` may name error kinds, stream
-    /// timeouts and error classes ([`TriggerName::parse`]).
+    /// An explicit `triggerOn` (or `retry.on`) whose `errors` may name error kinds (stream
+    /// timeouts included) and error classes ([`TriggerName::parse`]).
     pub fn explicit_names(statuses: Vec<StatusMatcher>, names: &[TriggerName]) -> Triggers {
         let mut t = Triggers::explicit(statuses, &[]);
         for n in names {
             match *n {
                 TriggerName::Kind(k) => t.errors.insert(k),
-                TriggerName::StreamTimeout(s) => t.stream_timeouts |= s.bit(),
                 TriggerName::Class(c) => t.classes.insert(c),
             }
         }
@@ -264,20 +211,11 @@ impl Triggers {
             .collect()
     }
 
-    /// The stream timeouts listed, in [`StreamTimeout::ALL`] order.
-    pub fn stream_timeouts(&self) -> Vec<StreamTimeout> {
-        StreamTimeout::ALL
-            .into_iter()
-            .filter(|t| self.stream_timeouts & t.bit() != 0)
-            .collect()
-    }
-
-    /// Every entry of `errors`: kinds, then stream timeouts, then classes.
+    /// Every entry of `errors`: kinds (stream timeouts included), then classes.
     pub fn names(&self) -> Vec<TriggerName> {
         TriggerName::all()
             .filter(|n| match *n {
                 TriggerName::Kind(k) => self.errors.contains(k),
-                TriggerName::StreamTimeout(t) => self.stream_timeouts & t.bit() != 0,
                 TriggerName::Class(c) => self.classes.contains(c),
             })
             .collect()
@@ -300,12 +238,6 @@ impl Triggers {
             return false;
         }
         self.fires(outcome) || class.is_some_and(|c| self.classes.contains(c))
-    }
-
-    /// Does a stream timeout before commit (`FIRST_TOKEN_TIMEOUT`, `STREAM_IDLE_TIMEOUT`) make
-    /// the walk advance?
-    pub fn fires_stream_timeout(&self, timeout: StreamTimeout) -> bool {
-        self.stream_timeouts & timeout.bit() != 0
     }
 }
 
@@ -357,13 +289,12 @@ mod tests {
     }
 
     #[test]
-    fn default_triggers_have_no_class_and_no_stream_timeout_yet() {
+    fn default_triggers_have_both_stream_timeouts_and_no_class() {
         let t = Triggers::default_set();
-        for s in StreamTimeout::ALL {
-            assert!(
-                !t.fires_stream_timeout(s),
-                "{s}: not enforced by the gateway yet"
-            );
+        // SPEC §11: "Default triggers gain both."
+        for k in [ErrorKind::FirstTokenTimeout, ErrorKind::StreamIdleTimeout] {
+            assert!(t.fires(&Outcome::Error(k)), "{k} is a default trigger");
+            assert!(t.fires_with(&Outcome::Error(k), None));
         }
         assert!(t.classes().is_empty());
         for c in ErrorClass::ALL {
@@ -378,7 +309,8 @@ mod tests {
         }
         assert_eq!(
             t.to_string(),
-            "statusCodes [5XX], errors [CONNECTION_ERROR, FIRST_BYTE_TIMEOUT, UNROUTABLE]"
+            "statusCodes [5XX], errors [CONNECTION_ERROR, FIRST_BYTE_TIMEOUT, UNROUTABLE, \
+             FIRST_TOKEN_TIMEOUT, STREAM_IDLE_TIMEOUT]"
         );
     }
 
@@ -406,8 +338,8 @@ mod tests {
             "5XX is not inherited"
         );
         assert!(!t.fires_with(&Outcome::Error(ErrorKind::ConnectionError), None));
-        for s in StreamTimeout::ALL {
-            assert!(!t.fires_stream_timeout(s));
+        for k in [ErrorKind::FirstTokenTimeout, ErrorKind::StreamIdleTimeout] {
+            assert!(!t.fires(&Outcome::Error(k)), "{k} is not inherited");
         }
         assert_eq!(t.classes(), vec![ErrorClass::ContextLengthExceeded]);
         assert!(!t.is_default());
@@ -420,7 +352,7 @@ mod tests {
             &[
                 TriggerName::Class(ErrorClass::RateLimited),
                 TriggerName::Kind(ErrorKind::ConnectionError),
-                TriggerName::StreamTimeout(StreamTimeout::StreamIdle),
+                TriggerName::Kind(ErrorKind::StreamIdleTimeout),
             ],
         );
         assert!(t.fires_with(&Outcome::Status(529), None));
@@ -429,14 +361,16 @@ mod tests {
         assert!(!t.fires_with(&Outcome::Status(429), None));
         assert!(t.fires_with(&Outcome::Error(ErrorKind::ConnectionError), None));
         assert!(!t.fires_with(&Outcome::Error(ErrorKind::FirstByteTimeout), None));
-        assert!(t.fires_stream_timeout(StreamTimeout::StreamIdle));
-        assert!(!t.fires_stream_timeout(StreamTimeout::FirstToken));
+        assert!(t.fires(&Outcome::Error(ErrorKind::StreamIdleTimeout)));
+        assert!(!t.fires(&Outcome::Error(ErrorKind::FirstTokenTimeout)));
         assert_eq!(
             t.to_string(),
             "statusCodes [529], errors [CONNECTION_ERROR, STREAM_IDLE_TIMEOUT, RATE_LIMITED]"
         );
-        assert_eq!(t.errors(), vec![ErrorKind::ConnectionError]);
-        assert_eq!(t.stream_timeouts(), vec![StreamTimeout::StreamIdle]);
+        assert_eq!(
+            t.errors(),
+            vec![ErrorKind::ConnectionError, ErrorKind::StreamIdleTimeout]
+        );
     }
 
     #[test]
@@ -449,7 +383,7 @@ mod tests {
                 &[TriggerName::Kind(ErrorKind::Unroutable)]
             )
         );
-        assert!(t.classes().is_empty() && t.stream_timeouts().is_empty());
+        assert!(t.classes().is_empty());
         assert_eq!(t.to_string(), "statusCodes [429], errors [UNROUTABLE]");
     }
 
@@ -465,7 +399,15 @@ mod tests {
         );
         assert_eq!(
             TriggerName::parse("FIRST_TOKEN_TIMEOUT"),
-            Ok(TriggerName::StreamTimeout(StreamTimeout::FirstToken))
+            Ok(TriggerName::Kind(ErrorKind::FirstTokenTimeout))
+        );
+        assert_eq!(
+            TriggerName::parse("STREAM_IDLE_TIMEOUT"),
+            Ok(TriggerName::Kind(ErrorKind::StreamIdleTimeout))
+        );
+        assert_eq!(
+            ErrorKind::parse("FIRST_TOKEN_TIMEOUT"),
+            Some(ErrorKind::FirstTokenTimeout)
         );
         let e = TriggerName::parse("context_length_exceeded").unwrap_err();
         assert!(matches!(e, TriggerError::UnknownName(_)));

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sidetrack_resilience::{ErrorClass, ErrorKind, StreamTimeout, TriggerName};
+use sidetrack_resilience::{ErrorClass, ErrorKind, TriggerName};
 
 use super::{errors, load, one_error};
 use crate::*;
@@ -485,17 +485,20 @@ fn trigger_errors_take_kinds_stream_timeouts_and_classes() {
     ))
     .unwrap();
     let p = primary_policy(&c);
-    assert_eq!(p.triggers.errors(), vec![ErrorKind::Unroutable]);
     assert_eq!(
-        p.triggers.stream_timeouts(),
-        vec![StreamTimeout::FirstToken, StreamTimeout::StreamIdle]
+        p.triggers.errors(),
+        vec![
+            ErrorKind::Unroutable,
+            ErrorKind::FirstTokenTimeout,
+            ErrorKind::StreamIdleTimeout
+        ]
     );
     assert_eq!(p.triggers.classes(), ErrorClass::ALL.to_vec());
     let on = p.retry.as_ref().unwrap().on.as_ref().unwrap();
     assert_eq!(
         on.names(),
         vec![
-            TriggerName::StreamTimeout(StreamTimeout::StreamIdle),
+            TriggerName::Kind(ErrorKind::StreamIdleTimeout),
             TriggerName::Class(ErrorClass::Overloaded)
         ]
     );

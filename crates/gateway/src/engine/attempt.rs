@@ -55,6 +55,13 @@ pub struct AttemptSpec<'a> {
     pub response_id: &'a str,
     pub model: &'a str,
     pub first_byte_timeout: Option<Duration>,
+    /// `firstTokenTimeoutMilliseconds` (SPEC §11): from the send to the first content event,
+    /// before the commit. `None` for a request that is not streamed.
+    pub first_token_timeout: Option<Duration>,
+    /// `streamIdleTimeoutMilliseconds` (SPEC §11): the longest silence between upstream chunks of
+    /// a streamed answer, from its first byte on (before the commit a failed attempt, after it
+    /// the caller's stream ends with the explicit error).
+    pub stream_idle_timeout: Option<Duration>,
     /// The whole request's deadline (`requestTimeoutMilliseconds`).
     pub deadline: Instant,
     pub stream_commit: StreamCommit,
@@ -148,13 +155,20 @@ pub fn run<'a>(
     let response = client.request(request);
     async move {
         let started = Instant::now();
-        let sent = send(response, started, spec.first_byte_timeout, spec.deadline).await;
+        let sent = send(
+            response,
+            started,
+            spec.first_byte_timeout,
+            spec.first_token_timeout,
+            spec.deadline,
+        )
+        .await;
         let answered = match sent {
             Ok(a) => a,
             Err((outcome, detail)) => return failed(started, outcome, detail, None),
         };
         let first_byte = Some(answered.first_byte);
-        let (outcome, detail, response, class) = match classify(answered, &spec).await {
+        let (outcome, detail, response, class) = match classify(answered, started, &spec).await {
             Ok(c) => c,
             Err((outcome, detail)) => return failed(started, outcome, detail, first_byte),
         };
@@ -204,7 +218,7 @@ type Classified =
     Result<(Outcome, Option<String>, Upstream, Option<ErrorClass>), (Outcome, &'static str)>;
 
 /// Phase "classify", by the kind of answer.
-async fn classify(answered: Answered, spec: &AttemptSpec<'_>) -> Classified {
+async fn classify(answered: Answered, started: Instant, spec: &AttemptSpec<'_>) -> Classified {
     let Answered {
         parts,
         first,
@@ -274,7 +288,7 @@ async fn classify(answered: Answered, spec: &AttemptSpec<'_>) -> Classified {
         };
         return Ok((Outcome::from_status(status), None, response, None));
     }
-    stream_answer(parts, first, body, timer, spec).await
+    stream_answer(parts, first, body, timer, started, spec).await
 }
 
 /// A streamed answer: through the stream pipe, held until the commit decision.
@@ -283,9 +297,10 @@ async fn stream_answer(
     first: Bytes,
     body: Incoming,
     timer: Timer,
+    started: Instant,
     spec: &AttemptSpec<'_>,
 ) -> Classified {
-    let pipe = Box::new(Pipe::new(
+    let mut pipe = Box::new(Pipe::new(
         spec.upstream,
         spec.caller,
         spec.response_id,
@@ -294,6 +309,7 @@ async fn stream_answer(
         spec.strip_usage,
         spec.caller_usage,
     ));
+    pipe.set_idle_timeout(spec.stream_idle_timeout);
     if spec.upstream != spec.caller {
         commit::set_stream_content_type(&mut parts, spec.caller);
     }
@@ -305,6 +321,11 @@ async fn stream_answer(
         pipe,
         spec.stream_commit,
         spec.upstream,
+        commit::Timeouts {
+            first_token_at: spec.first_token_timeout.map(|t| started + t),
+            idle: spec.stream_idle_timeout,
+            deadline: spec.deadline,
+        },
     )
     .await
     {

@@ -6,16 +6,20 @@
 //! (SPEC §14). What happens at the commit (headers, the record, the relay) is
 //! `server::respond::RequestCtx::commit`.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use http::response::Parts;
 use hyper::body::Incoming;
 use sidetrack_config::StreamCommit;
 use sidetrack_dialects::Dialect;
 use sidetrack_resilience::{walk, ErrorClass, ErrorKind, Outcome};
+use tokio::time::Instant;
 
 use super::attempt::Upstream;
 use super::body::{next_data, Read, Timer};
 use super::pipe::{Pipe, StreamState};
+use super::send::{SendFailure, FIRST_TOKEN_TIMEOUT, STREAM_IDLE_TIMEOUT};
 
 pub use sidetrack_resilience::walk::MAX_HELD_BYTES;
 
@@ -46,6 +50,38 @@ pub(super) fn decide(
     Some((outcome, detail))
 }
 
+/// The timers of a held stream besides the request deadline (SPEC §11).
+pub(super) struct Timeouts {
+    /// Send + `firstTokenTimeoutMilliseconds`, when the request is streamed and sets it.
+    pub first_token_at: Option<Instant>,
+    /// `streamIdleTimeoutMilliseconds`: the longest silence between upstream chunks.
+    pub idle: Option<Duration>,
+    /// The request deadline.
+    pub deadline: Instant,
+}
+
+impl Timeouts {
+    /// When the attempt's one timer must fire next, and what it means then: the earliest of the
+    /// request deadline, the first-token deadline and the end of the allowed silence after the
+    /// last chunk (`last_chunk`).
+    fn next(&self, last_chunk: Instant) -> (Instant, SendFailure) {
+        let mut at = (self.deadline, REQUEST_DEADLINE);
+        if let Some(t) = self.first_token_at.filter(|t| *t < at.0) {
+            at = (t, FIRST_TOKEN_TIMEOUT);
+        }
+        if let Some(t) = self.idle.map(|d| last_chunk + d).filter(|t| *t < at.0) {
+            at = (t, STREAM_IDLE_TIMEOUT);
+        }
+        at
+    }
+}
+
+/// The request deadline passed while a stream was held.
+const REQUEST_DEADLINE: SendFailure = (
+    Outcome::Error(ErrorKind::FirstByteTimeout),
+    "requestTimeoutMilliseconds",
+);
+
 /// How a held stream ended up.
 pub(super) enum Held {
     /// Decided: the outcome, the event behind a failure, the live answer (held bytes first), and
@@ -58,7 +94,14 @@ pub(super) enum Held {
     Failed(Outcome, &'static str),
 }
 
-/// Feeds the stream through `pipe` until [`decide`] says what it is.
+/// Feeds the stream through `pipe` until [`decide`] says what it is, within the request deadline
+/// and the stream timeouts (`timeouts`): a timeout before the decision fails the attempt. The
+/// first-token timeout acts only until the commit: under `firstByte` the first byte commits, so it
+/// never acts here.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the phase's inputs, each used once"
+)]
 pub(super) async fn hold(
     parts: Parts,
     first: Bytes,
@@ -67,9 +110,15 @@ pub(super) async fn hold(
     mut pipe: Box<Pipe>,
     commit: StreamCommit,
     upstream: Dialect,
+    timeouts: Timeouts,
 ) -> Held {
     let status = parts.status.as_u16();
     let mut read_len = first.len();
+    // Read only when a stream idle timeout is set: the clock is not read per chunk otherwise.
+    let mut last_chunk = match timeouts.idle {
+        Some(_) => Instant::now(),
+        None => timeouts.deadline,
+    };
     let mut held = vec![pipe.feed_until_decided(first)];
     loop {
         let seen = pipe.state();
@@ -84,6 +133,10 @@ pub(super) async fn hold(
                 }
                 _ => None,
             };
+            // The relay reads the request deadline from the timer.
+            if timer.deadline() != timeouts.deadline {
+                timer.as_mut().reset(timeouts.deadline);
+            }
             let response = Upstream::Live {
                 parts,
                 held,
@@ -97,8 +150,15 @@ pub(super) async fn hold(
             let what = "the upstream stream said nothing decidable in its first 64 KiB";
             return Held::ProtocolFailure(parts, "undecidedPreamble", what);
         }
+        let (wake, timed_out) = timeouts.next(last_chunk);
+        if timer.deadline() != wake {
+            timer.as_mut().reset(wake);
+        }
         match next_data(&mut body, &mut timer).await {
             Read::Data(d) => {
+                if timeouts.idle.is_some() {
+                    last_chunk = Instant::now();
+                }
                 read_len += d.len();
                 let out = pipe.feed_until_decided(d);
                 if !out.is_empty() {
@@ -111,12 +171,7 @@ pub(super) async fn hold(
                     "streamEndedBeforeFirstToken",
                 )
             }
-            Read::TimedOut => {
-                return Held::Failed(
-                    Outcome::Error(ErrorKind::FirstByteTimeout),
-                    "requestTimeoutMilliseconds",
-                )
-            }
+            Read::TimedOut => return Held::Failed(timed_out.0, timed_out.1),
         }
     }
 }

@@ -743,6 +743,12 @@ async fn attempt_one(
                 response_id: input.request_id,
                 model: &dest.model,
                 first_byte_timeout: hop.policy.first_byte_timeout,
+                // SPEC §11: a first-token timeout applies to streamed requests only.
+                first_token_timeout: hop
+                    .policy
+                    .first_token_timeout
+                    .filter(|_| input.request.stream),
+                stream_idle_timeout: hop.policy.stream_idle_timeout,
                 deadline: input.deadline,
                 stream_commit: input.stream_commit,
                 bounds: input.bounds,

@@ -52,6 +52,9 @@ pub struct Pipe {
     strip: Option<BytesMut>,
     /// The caller's bytes so far end inside an event (an error tail must first end it).
     caller_mid_event: bool,
+    /// The hop's `streamIdleTimeoutMilliseconds` (SPEC §11), which the relay enforces after the
+    /// commit.
+    idle_timeout: Option<std::time::Duration>,
 }
 
 /// Does `chunk` end with a blank line (the end of an SSE event)?
@@ -125,7 +128,17 @@ impl Pipe {
             unread: SmallVec::new(),
             strip: strip_usage.then(BytesMut::new),
             caller_mid_event: false,
+            idle_timeout: None,
         }
+    }
+
+    /// Sets the longest silence allowed between upstream chunks after the commit.
+    pub fn set_idle_timeout(&mut self, idle: Option<std::time::Duration>) {
+        self.idle_timeout = idle;
+    }
+
+    pub fn idle_timeout(&self) -> Option<std::time::Duration> {
+        self.idle_timeout
     }
 
     pub fn state(&self) -> &StreamState {

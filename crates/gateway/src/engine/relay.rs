@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -41,6 +42,14 @@ impl RelayEnd {
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Which limit the relay's timer stood for when it fired.
+enum Expired {
+    /// `requestTimeoutMilliseconds`.
+    Deadline,
+    /// `streamIdleTimeoutMilliseconds`.
+    Idle,
+}
+
 /// While the upstream keeps frames coming, the request deadline is checked on every this many
 /// polls (reading the clock on every frame cost more than relaying the frame).
 const DEADLINE_CHECK_EVERY: u32 = 16;
@@ -66,7 +75,17 @@ pub struct RelayBody<F: OnFinish> {
     yielded: bool,
     /// The caller's dialect (usage is read from a plain body in it).
     caller: Dialect,
+    /// The attempt's one timer: at the request deadline, or sooner at the end of the silence a
+    /// stream idle timeout allows (re-armed only when it fires early, not per chunk).
     deadline: Pin<Box<Sleep>>,
+    /// The request deadline (`requestTimeoutMilliseconds`).
+    request_deadline: Instant,
+    /// `streamIdleTimeoutMilliseconds` (SPEC §11), for a stream whose hop sets it.
+    idle: Option<Duration>,
+    /// When the upstream last had a chunk for us: read once the upstream has nothing more for the
+    /// moment (`fresh` says a chunk came since), never per chunk. Only with `idle`.
+    last_chunk: Instant,
+    fresh: bool,
     /// Polls so far, for checking the deadline every [`DEADLINE_CHECK_EVERY`].
     frames: u32,
     /// The waker the deadline's timer was last polled with.
@@ -84,9 +103,21 @@ impl<F: OnFinish> RelayBody<F> {
         rest: Incoming,
         pipe: Option<Box<Pipe>>,
         caller: Dialect,
-        deadline: super::attempt::Timer,
+        mut deadline: super::attempt::Timer,
         on_finish: F,
     ) -> RelayBody<F> {
+        let request_deadline = deadline.deadline();
+        let idle = pipe.as_ref().and_then(|p| p.idle_timeout());
+        let last_chunk = match idle {
+            Some(d) => {
+                let now = Instant::now();
+                if now + d < request_deadline {
+                    deadline.as_mut().reset(now + d);
+                }
+                now
+            }
+            None => request_deadline,
+        };
         let mut end = RelayEnd::default();
         let capture = match &pipe {
             None => Some((
@@ -110,6 +141,10 @@ impl<F: OnFinish> RelayBody<F> {
             yielded: false,
             caller,
             deadline,
+            request_deadline,
+            idle,
+            last_chunk,
+            fresh: false,
             frames: 0,
             timer_waker: None,
             trailer: None,
@@ -171,8 +206,36 @@ impl<F: OnFinish> RelayBody<F> {
             return self.deadline.as_mut().poll(cx).is_ready();
         }
         self.frames = self.frames.wrapping_add(1);
-        self.frames.is_multiple_of(DEADLINE_CHECK_EVERY)
-            && Instant::now() >= self.deadline.deadline()
+        self.frames.is_multiple_of(DEADLINE_CHECK_EVERY) && Instant::now() >= self.request_deadline
+    }
+
+    /// The timer fired: which limit passed? When the stream had chunks since the timer was armed
+    /// (the silence is shorter than it looked), the timer is re-armed for the end of the current
+    /// silence and nothing has passed.
+    fn expired(&mut self) -> Option<Expired> {
+        let now = Instant::now();
+        let Some(idle) = self.idle.filter(|_| now < self.request_deadline) else {
+            return Some(Expired::Deadline);
+        };
+        let silence_ends = self.last_chunk + idle;
+        if now >= silence_ends {
+            return Some(Expired::Idle);
+        }
+        self.deadline
+            .as_mut()
+            .reset(silence_ends.min(self.request_deadline));
+        // Polled again on the next wait, so it wakes the body at its new time.
+        self.timer_waker = None;
+        None
+    }
+
+    /// The upstream was silent longer than `streamIdleTimeoutMilliseconds` after the commit: the
+    /// caller's stream ends with the explicit error, a failure counted against the destination.
+    fn idle_out(&mut self) {
+        self.fail(
+            "streamIdleTimeoutMilliseconds",
+            "sidetrack: the upstream stream was idle longer than streamIdleTimeoutMilliseconds",
+        );
     }
 
     /// `server.requestTimeoutMilliseconds` passed mid-body: a stream gets its error event (queued);
@@ -337,9 +400,18 @@ impl<F: OnFinish> Body for RelayBody<F> {
             };
             match Pin::new(rest).poll_frame(cx) {
                 Poll::Pending => {
+                    if this.idle.is_some() && std::mem::take(&mut this.fresh) {
+                        this.last_chunk = Instant::now();
+                    }
                     if this.past_deadline(cx, true) {
-                        if let Some(end) = this.timed_out() {
-                            return Poll::Ready(Some(Err(end)));
+                        match this.expired() {
+                            Some(Expired::Deadline) => {
+                                if let Some(end) = this.timed_out() {
+                                    return Poll::Ready(Some(Err(end)));
+                                }
+                            }
+                            Some(Expired::Idle) => this.idle_out(),
+                            None => {}
                         }
                         continue;
                     }
@@ -351,6 +423,7 @@ impl<F: OnFinish> Body for RelayBody<F> {
                     return Poll::Pending;
                 }
                 Poll::Ready(Some(Ok(frame))) => {
+                    this.fresh = true;
                     if let Some(out) = frame.into_data().ok().and_then(|d| this.forward(d)) {
                         return Poll::Ready(Some(Ok(Frame::data(out))));
                     }

@@ -109,11 +109,13 @@ pub enum AttemptOutcome {
     FirstByteTimeout,
     Unroutable,
     Cancelled,
+    FirstTokenTimeout,
+    StreamIdleTimeout,
 }
 
 impl AttemptOutcome {
-    /// How many outcomes there are (the size of a destination's handle array).
-    pub const COUNT: usize = AttemptOutcome::Cancelled as usize + 1;
+    /// How many outcomes there are (a destination's counters are indexed by the variant).
+    pub const COUNT: usize = AttemptOutcome::StreamIdleTimeout as usize + 1;
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -123,6 +125,8 @@ impl AttemptOutcome {
             AttemptOutcome::FirstByteTimeout => "FIRST_BYTE_TIMEOUT",
             AttemptOutcome::Unroutable => "UNROUTABLE",
             AttemptOutcome::Cancelled => "CANCELLED",
+            AttemptOutcome::FirstTokenTimeout => "FIRST_TOKEN_TIMEOUT",
+            AttemptOutcome::StreamIdleTimeout => "STREAM_IDLE_TIMEOUT",
         }
     }
 }
@@ -136,6 +140,8 @@ impl From<Outcome> for AttemptOutcome {
             Outcome::Error(ErrorKind::FirstByteTimeout) => AttemptOutcome::FirstByteTimeout,
             Outcome::Error(ErrorKind::Unroutable) => AttemptOutcome::Unroutable,
             Outcome::Cancelled => AttemptOutcome::Cancelled,
+            Outcome::Error(ErrorKind::FirstTokenTimeout) => AttemptOutcome::FirstTokenTimeout,
+            Outcome::Error(ErrorKind::StreamIdleTimeout) => AttemptOutcome::StreamIdleTimeout,
         }
     }
 }
@@ -930,6 +936,18 @@ impl Drop for InFlightGuard {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_attempt_outcome_has_its_counter_slot() {
+        let outcomes = [Outcome::Success(200), Outcome::Status(500)]
+            .into_iter()
+            .chain(ErrorKind::ALL.map(Outcome::Error));
+        for o in outcomes {
+            let a = AttemptOutcome::from(o);
+            assert!((a as usize) < AttemptOutcome::COUNT, "{o:?}");
+            assert_eq!(a.as_str(), o.label());
+        }
+    }
+
     use super::*;
 
     fn open() -> BreakerState {

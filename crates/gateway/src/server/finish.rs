@@ -57,6 +57,16 @@ impl OnFinish for Finish {
             rec.reason = CALLER_CANCELLED.into();
         } else if end.mid_stream_error {
             rec.outcome = RequestOutcome::Error;
+            // The knob or event that ended the stream (e.g. `streamIdleTimeoutMilliseconds`) on
+            // the served attempt's record, unless it already has one.
+            let served = rec
+                .attempts
+                .iter_mut()
+                .rev()
+                .find(|a| a.target == health.target && a.model == health.model);
+            if let (Some(a), Some(why)) = (served, end.detail) {
+                a.detail.get_or_insert_with(|| why.to_owned());
+            }
             shared.health.record_mid_stream_failure(&health);
             shared
                 .metrics

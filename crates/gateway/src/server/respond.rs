@@ -350,6 +350,15 @@ impl RequestCtx {
                         GatewayErrorKind::GatewayTimeout,
                         format!("destination {target}/{model} sent no first byte in time"),
                     ),
+                    // SPEC §11: the stream timeouts are rendered as the FIRST_BYTE_TIMEOUT row.
+                    Some(ErrorKind::FirstTokenTimeout) => (
+                        GatewayErrorKind::GatewayTimeout,
+                        format!("destination {target}/{model} sent no content in time"),
+                    ),
+                    Some(ErrorKind::StreamIdleTimeout) => (
+                        GatewayErrorKind::GatewayTimeout,
+                        format!("destination {target}/{model} stream was idle too long"),
+                    ),
                     Some(ErrorKind::Unroutable) => (
                         GatewayErrorKind::NotFound,
                         format!("destination {target}/{model} cannot serve this request"),
