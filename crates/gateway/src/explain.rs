@@ -3,7 +3,10 @@
 
 use std::fmt::Write;
 
-use sidetrack_config::{BreakerMode, BreakerPolicy, Config, HopPolicy, Route, StaticRoute, Target};
+use sidetrack_config::{
+    BreakerMode, BreakerPolicy, Config, HopPolicy, RetryBudgetPolicy, Route, StaticRoute, Target,
+    DEFAULT_MAX_ATTEMPTS,
+};
 
 use crate::routing::{self, find_rule, Picker};
 
@@ -23,9 +26,10 @@ pub fn explain(cfg: &Config, model: &str, principal: &str, dialect: &str) -> Str
         );
         for hop in &plan.hops {
             for d in &hop.destinations {
-                write_hop(&mut out, 0, d.target, &d.model, &hop.policy, false);
+                write_hop(&mut out, 0, true, d.target, &d.model, &hop.policy, false);
             }
         }
+        write_request_rules(&mut out, cfg);
         return out;
     }
     if !cfg.server.allow_pinning
@@ -45,6 +49,7 @@ pub fn explain(cfg: &Config, model: &str, principal: &str, dialect: &str) -> Str
             rule.name, rule.priority, rule.index
         );
         write_rule(&mut out, cfg, &rule.route, model);
+        write_request_rules(&mut out, cfg);
         return out;
     }
     match routing::default_route(cfg, model, &Picker::default()) {
@@ -54,8 +59,17 @@ pub fn explain(cfg: &Config, model: &str, principal: &str, dialect: &str) -> Str
                 "route: DEFAULT (no rule matched; targets whose `models` match, exact beats glob, round-robin among equals)"
             );
             for (_, t) in routing::default_candidates(cfg, model) {
-                write_hop(&mut out, 0, t, model, routing::default_policy(), false);
+                write_hop(
+                    &mut out,
+                    0,
+                    true,
+                    t,
+                    model,
+                    routing::default_policy(),
+                    false,
+                );
             }
+            write_request_rules(&mut out, cfg);
         }
         None => {
             let _ = writeln!(out, "route: UNROUTABLE — no rule matches and no target lists this model; callers get 404");
@@ -73,11 +87,21 @@ fn write_rule(out: &mut String, cfg: &Config, route: &Route, model: &str) {
                 out,
                 "  priority groups: each group is one hop; members are load-balanced"
             );
-            for hop in routing::group_hops(cfg, groups, model) {
+            let hops = routing::group_hops(cfg, groups, model);
+            let count = hops.len();
+            for (k, hop) in hops.iter().enumerate() {
                 let (i, n) = (hop.index, hop.destinations.len());
                 let _ = writeln!(out, "  hop {i} (priority group of {n}):");
                 for d in &hop.destinations {
-                    write_hop(out, i, d.target, &d.model, &hop.policy, true);
+                    write_hop(
+                        out,
+                        i,
+                        k + 1 == count,
+                        d.target,
+                        &d.model,
+                        &hop.policy,
+                        true,
+                    );
                 }
             }
         }
@@ -159,7 +183,9 @@ fn write_static(out: &mut String, cfg: &Config, s: &StaticRoute, model: &str, in
         BreakerMode::Disabled => "DISABLED (nothing is skipped by breakers on this route)",
     };
     let _ = writeln!(out, "{indent}  fallback.circuitBreaker.mode: {mode}");
-    for hop in routing::static_hops(cfg, s, model) {
+    let hops = routing::static_hops(cfg, s, model);
+    let count = hops.len();
+    for (k, hop) in hops.iter().enumerate() {
         let i = hop.index;
         if i == 0 {
             let _ = writeln!(out, "{indent}  hop 0 (primary):");
@@ -167,12 +193,29 @@ fn write_static(out: &mut String, cfg: &Config, s: &StaticRoute, model: &str, in
             let _ = writeln!(out, "{indent}  hop {i} (fallback {i}):");
         }
         for d in &hop.destinations {
-            write_hop(out, i, d.target, &d.model, &hop.policy, true);
+            write_hop(
+                out,
+                i,
+                k + 1 == count,
+                d.target,
+                &d.model,
+                &hop.policy,
+                true,
+            );
         }
     }
 }
 
-fn write_hop(out: &mut String, hop: usize, t: &Target, model: &str, p: &HopPolicy, in_rule: bool) {
+/// One destination of hop `hop` (`last`: no hop after it) with its hop's effective keys.
+fn write_hop(
+    out: &mut String,
+    hop: usize,
+    last: bool,
+    t: &Target,
+    model: &str,
+    p: &HopPolicy,
+    in_rule: bool,
+) {
     let serves = t.models.is_empty() || t.models.iter().any(|g| crate::glob::glob_match(g, model));
     let _ = writeln!(
         out,
@@ -213,6 +256,47 @@ fn write_hop(out: &mut String, hop: usize, t: &Target, model: &str, p: &HopPolic
             );
         }
     }
+    for (key, value, what) in [
+        (
+            "firstTokenTimeoutMilliseconds",
+            p.first_token_timeout,
+            "streamed requests: send → first content event",
+        ),
+        (
+            "streamIdleTimeoutMilliseconds",
+            p.stream_idle_timeout,
+            "longest silence between upstream events",
+        ),
+    ] {
+        match value {
+            Some(d) => {
+                let _ = writeln!(out, "        {key}: {} ({what})  [written]", d.as_millis());
+            }
+            None => {
+                let _ = writeln!(out, "        {key}: none  [default{inherit}]");
+            }
+        }
+    }
+    write_retry(out, p, inherit);
+    match (p.hedge, last) {
+        (Some(h), false) => {
+            let _ = writeln!(
+                out,
+                "        hedge: after {} ms without a commit the next hop starts too; the first to commit wins  [written]",
+                h.after.as_millis()
+            );
+        }
+        (Some(h), true) => {
+            let _ = writeln!(
+                out,
+                "        hedge: after {} ms — but this is the last hop: nothing to hedge to, never fires  [written]",
+                h.after.as_millis()
+            );
+        }
+        (None, _) => {
+            let _ = writeln!(out, "        hedge: none  [default{inherit}]");
+        }
+    }
     let c = t.connect_timeout.as_millis();
     let c_note = if c == DEFAULT_CONNECT_MS {
         "default"
@@ -225,6 +309,75 @@ fn write_hop(out: &mut String, hop: usize, t: &Target, model: &str, p: &HopPolic
         "        circuitBreaker: {}",
         breaker(&t.circuit_breaker)
     );
+}
+
+/// A hop's effective `retry`: how often, how long between, on what.
+fn write_retry(out: &mut String, p: &HopPolicy, inherit: &str) {
+    let Some(r) = &p.retry else {
+        let _ = writeln!(
+            out,
+            "        retry: none (attempts 0: this hop is tried once)  [default{inherit}]"
+        );
+        return;
+    };
+    let on = match &r.on {
+        Some(t) => format!("on {t} (retry.on)"),
+        None => format!("on the hop's triggers ({})", p.triggers),
+    };
+    let _ = writeln!(
+        out,
+        "        retry: attempts {}, backoffMilliseconds {}, maxBackoffMilliseconds {} (full jitter; an upstream Retry-After up to the max is honoured), {on}  [written]",
+        r.attempts,
+        r.backoff.as_millis(),
+        r.max_backoff.as_millis(),
+    );
+}
+
+/// The request-level rules of SPEC §11 that bound every walk: the attempt cap, the retry budget,
+/// the deadline and the caller's overrides.
+fn write_request_rules(out: &mut String, cfg: &Config) {
+    let d = &cfg.defaults;
+    let mark = |default: bool| if default { "default" } else { "written" };
+    let _ = writeln!(out, "request rules:");
+    let _ = writeln!(
+        out,
+        "  maxAttempts: {} (every attempt of the request: hops, retries and hedges; then the last response is returned)  [{}]",
+        d.max_attempts,
+        mark(d.max_attempts == DEFAULT_MAX_ATTEMPTS)
+    );
+    let b = d.retry_budget;
+    let _ = writeln!(
+        out,
+        "  retryBudget: ratio {}, minPerSecond {} — per destination, retries in the last 10 s stay under {} × first attempts + {}; over it the walk advances without retrying  [{}]",
+        b.ratio,
+        b.min_per_second,
+        b.ratio,
+        10.0 * b.min_per_second,
+        mark(b == RetryBudgetPolicy::default())
+    );
+    let timeout = cfg.server.request_timeout.as_millis();
+    if cfg.server.caller_deadline {
+        let _ = writeln!(
+            out,
+            "  deadline: min(server.requestTimeoutMilliseconds {timeout}, the caller's x-sidetrack-timeout-ms / x-stainless-timeout)  [server.callerDeadline: true]"
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "  deadline: server.requestTimeoutMilliseconds {timeout}; the caller's deadline headers are ignored  [server.callerDeadline: false]"
+        );
+    }
+    if cfg.server.caller_overrides {
+        let _ = writeln!(
+            out,
+            "  callerOverrides: on — `x-sidetrack-fallback: off` (primary only, no retries) is honoured  [server.callerOverrides: true]"
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "  callerOverrides: off — `x-sidetrack-fallback` is ignored  [server.callerOverrides: false]"
+        );
+    }
 }
 
 fn breaker(b: &BreakerPolicy) -> String {
@@ -315,4 +468,121 @@ rules:
         assert!(!text.contains("route: PINNED"), "{text}");
         assert!(text.contains("route: UNROUTABLE"), "{text}");
     }
+
+    /// The request-level rules follow every routed answer (pin, rule, default), with their
+    /// defaults marked; with `server.callerDeadline: false` the caller's headers are not used.
+    #[test]
+    fn request_rules_follow_every_route_kind() {
+        let cfg = config(
+            "server: { callerDeadline: false }\ndefaults: { retryBudget: { minPerSecond: 1 } }\n",
+        );
+        for (model, principal) in [
+            ("oa/gpt-4o", "team-a"),
+            ("gpt-4o", "team-a"),
+            ("gpt-4o", "team-b"),
+        ] {
+            let text = explain(&cfg, model, principal, "openai-chat");
+            assert!(
+                text.contains(
+                    "  maxAttempts: 8 (every attempt of the request: hops, retries and hedges; \
+                     then the last response is returned)  [default]\n"
+                ),
+                "{text}"
+            );
+            assert!(
+                text.contains(
+                    "  retryBudget: ratio 0.2, minPerSecond 1 — per destination, retries in the \
+                     last 10 s stay under 0.2 × first attempts + 10; over it the walk advances \
+                     without retrying  [written]\n"
+                ),
+                "{text}"
+            );
+            assert!(
+                text.contains(
+                    "  deadline: server.requestTimeoutMilliseconds 900000; the caller's deadline \
+                     headers are ignored  [server.callerDeadline: false]\n"
+                ),
+                "{text}"
+            );
+            assert!(
+                text.contains("  callerOverrides: on — `x-sidetrack-fallback: off` (primary only, no retries) is honoured  [server.callerOverrides: true]\n"),
+                "{text}"
+            );
+            assert!(
+                text.contains(
+                    "        retry: none (attempts 0: this hop is tried once)  [default]\n"
+                ),
+                "{text}"
+            );
+            assert!(text.contains("        hedge: none  [default]\n"), "{text}");
+        }
+        let unroutable = explain(&cfg, "nothing-serves-this", "team-a", "openai-chat");
+        assert!(!unroutable.contains("request rules:"), "{unroutable}");
+    }
+
+    /// Every hop's retry controller keys (SPEC §11) and the request-level rules, as written or
+    /// defaulted, for a static chain: the whole text, so any change in it shows here.
+    #[test]
+    fn hops_show_their_retry_timeouts_and_hedge_and_the_request_rules() {
+        let cfg = sidetrack_config::load_str(
+            r#"
+server: { requestTimeoutMilliseconds: 60000, callerOverrides: false }
+defaults: { maxAttempts: 4 }
+targets:
+  - { name: oa, provider: openai, baseUrl: "http://127.0.0.1:9/v1" }
+  - { name: cl, provider: anthropic, baseUrl: "http://127.0.0.1:9" }
+rules:
+  - name: chat
+    priority: 1
+    matchModels: ["gpt-x"]
+    routeToTarget:
+      staticRoute: { target: oa }
+      fallback:
+        triggerOn: { statusCodes: ["429", "5XX"], errors: [CONTEXT_LENGTH_EXCEEDED, FIRST_TOKEN_TIMEOUT] }
+        firstTokenTimeoutMilliseconds: 8000
+        streamIdleTimeoutMilliseconds: 30000
+        retry: { attempts: 2, maxBackoffMilliseconds: 1000, on: { statusCodes: ["503"], errors: [OVERLOADED] } }
+        hedge: { afterMilliseconds: 1500 }
+        targetFallback:
+          - target: cl
+            model: claude-x
+            retry: { attempts: 1 }
+            hedge: { afterMilliseconds: 900 }
+"#,
+            "t.yaml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let text = explain(&cfg, "gpt-x", "anonymous", "openai-chat");
+        assert_eq!(text, EXPECTED, "{text}");
+    }
+
+    const EXPECTED: &str = r#"request: model `gpt-x`, principal `anonymous`, dialect openai-chat
+route: RULE `chat` (priority 1, rules[0])
+  fallback.circuitBreaker.mode: ENABLED (open destinations are skipped unless last)
+  hop 0 (primary):
+      destination oa/gpt-x (provider openai, http://127.0.0.1:9/v1)
+        triggerOn: statusCodes [429, 5XX], errors [FIRST_TOKEN_TIMEOUT, CONTEXT_LENGTH_EXCEEDED]  [written (replaces the default)]
+        firstByteTimeoutMilliseconds: none  [default]
+        firstTokenTimeoutMilliseconds: 8000 (streamed requests: send → first content event)  [written]
+        streamIdleTimeoutMilliseconds: 30000 (longest silence between upstream events)  [written]
+        retry: attempts 2, backoffMilliseconds 100, maxBackoffMilliseconds 1000 (full jitter; an upstream Retry-After up to the max is honoured), on statusCodes [503], errors [OVERLOADED] (retry.on)  [written]
+        hedge: after 1500 ms without a commit the next hop starts too; the first to commit wins  [written]
+        connectTimeoutMilliseconds: 5000  [default]
+        circuitBreaker: consecutiveFailures 5*, openMilliseconds 30000*, backoffMultiplier 2*, maxOpenMilliseconds 300000*, halfOpenProbes 3*, honorRetryAfter true*  (* = default)
+  hop 1 (fallback 1):
+      destination cl/claude-x (provider anthropic, http://127.0.0.1:9)
+        triggerOn: statusCodes [5XX], errors [CONNECTION_ERROR, FIRST_BYTE_TIMEOUT, UNROUTABLE]  [default — this hop has no triggerOn; nothing is inherited from earlier hops]
+        firstByteTimeoutMilliseconds: none  [default; nothing is inherited from earlier hops]
+        firstTokenTimeoutMilliseconds: none  [default; nothing is inherited from earlier hops]
+        streamIdleTimeoutMilliseconds: none  [default; nothing is inherited from earlier hops]
+        retry: attempts 1, backoffMilliseconds 100, maxBackoffMilliseconds 2000 (full jitter; an upstream Retry-After up to the max is honoured), on the hop's triggers (statusCodes [5XX], errors [CONNECTION_ERROR, FIRST_BYTE_TIMEOUT, UNROUTABLE])  [written]
+        hedge: after 900 ms — but this is the last hop: nothing to hedge to, never fires  [written]
+        connectTimeoutMilliseconds: 5000  [default]
+        circuitBreaker: consecutiveFailures 5*, openMilliseconds 30000*, backoffMultiplier 2*, maxOpenMilliseconds 300000*, halfOpenProbes 3*, honorRetryAfter true*  (* = default)
+request rules:
+  maxAttempts: 4 (every attempt of the request: hops, retries and hedges; then the last response is returned)  [written]
+  retryBudget: ratio 0.2, minPerSecond 5 — per destination, retries in the last 10 s stay under 0.2 × first attempts + 50; over it the walk advances without retrying  [default]
+  deadline: min(server.requestTimeoutMilliseconds 60000, the caller's x-sidetrack-timeout-ms / x-stainless-timeout)  [server.callerDeadline: true]
+  callerOverrides: off — `x-sidetrack-fallback` is ignored  [server.callerOverrides: false]
+"#;
 }
