@@ -357,9 +357,15 @@ fn write_request_rules(out: &mut String, cfg: &Config) {
     );
     let timeout = cfg.server.request_timeout.as_millis();
     if cfg.server.caller_deadline {
+        // `x-sidetrack-timeout-ms` is a caller override too: it needs both switches.
+        let headers = if cfg.server.caller_overrides {
+            "x-sidetrack-timeout-ms / x-stainless-timeout"
+        } else {
+            "x-stainless-timeout"
+        };
         let _ = writeln!(
             out,
-            "  deadline: min(server.requestTimeoutMilliseconds {timeout}, the caller's x-sidetrack-timeout-ms / x-stainless-timeout)  [server.callerDeadline: true]"
+            "  deadline: min(server.requestTimeoutMilliseconds {timeout}, the caller's {headers})  [server.callerDeadline: true]"
         );
     } else {
         let _ = writeln!(
@@ -370,12 +376,12 @@ fn write_request_rules(out: &mut String, cfg: &Config) {
     if cfg.server.caller_overrides {
         let _ = writeln!(
             out,
-            "  callerOverrides: on — `x-sidetrack-fallback: off` (primary only, no retries) is honoured  [server.callerOverrides: true]"
+            "  callerOverrides: on — `x-sidetrack-fallback: off` (primary only, no retries) and `x-sidetrack-timeout-ms` are honoured  [server.callerOverrides: true]"
         );
     } else {
         let _ = writeln!(
             out,
-            "  callerOverrides: off — `x-sidetrack-fallback` is ignored  [server.callerOverrides: false]"
+            "  callerOverrides: off — `x-sidetrack-fallback` and `x-sidetrack-timeout-ms` are ignored  [server.callerOverrides: false]"
         );
     }
 }
@@ -505,7 +511,7 @@ rules:
                 "{text}"
             );
             assert!(
-                text.contains("  callerOverrides: on — `x-sidetrack-fallback: off` (primary only, no retries) is honoured  [server.callerOverrides: true]\n"),
+                text.contains("  callerOverrides: on — `x-sidetrack-fallback: off` (primary only, no retries) and `x-sidetrack-timeout-ms` are honoured  [server.callerOverrides: true]\n"),
                 "{text}"
             );
             assert!(
@@ -582,7 +588,7 @@ route: RULE `chat` (priority 1, rules[0])
 request rules:
   maxAttempts: 4 (every attempt of the request: hops, retries and hedges; then the last response is returned)  [written]
   retryBudget: ratio 0.2, minPerSecond 5 — per destination, retries in the last 10 s stay under 0.2 × first attempts + 50; over it the walk advances without retrying  [default]
-  deadline: min(server.requestTimeoutMilliseconds 60000, the caller's x-sidetrack-timeout-ms / x-stainless-timeout)  [server.callerDeadline: true]
-  callerOverrides: off — `x-sidetrack-fallback` is ignored  [server.callerOverrides: false]
+  deadline: min(server.requestTimeoutMilliseconds 60000, the caller's x-stainless-timeout)  [server.callerDeadline: true]
+  callerOverrides: off — `x-sidetrack-fallback` and `x-sidetrack-timeout-ms` are ignored  [server.callerOverrides: false]
 "#;
 }
