@@ -282,7 +282,7 @@ impl Lint<'_> {
         let (path, triggers) = if p.triggers.is_default() {
             (
                 at.to_owned(),
-                "triggers (the default set: 5XX, CONNECTION_ERROR, FIRST_BYTE_TIMEOUT, UNROUTABLE)",
+                "triggers (the default set: 5XX, CONNECTION_ERROR, FIRST_BYTE_TIMEOUT, UNROUTABLE, FIRST_TOKEN_TIMEOUT, STREAM_IDLE_TIMEOUT)",
             )
         } else {
             (format!("{at}.triggerOn"), "triggers (its triggerOn)")

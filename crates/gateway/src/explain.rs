@@ -577,11 +577,11 @@ route: RULE `chat` (priority 1, rules[0])
         circuitBreaker: consecutiveFailures 5*, openMilliseconds 30000*, backoffMultiplier 2*, maxOpenMilliseconds 300000*, halfOpenProbes 3*, honorRetryAfter true*  (* = default)
   hop 1 (fallback 1):
       destination cl/claude-x (provider anthropic, http://127.0.0.1:9)
-        triggerOn: statusCodes [5XX], errors [CONNECTION_ERROR, FIRST_BYTE_TIMEOUT, UNROUTABLE]  [default — this hop has no triggerOn; nothing is inherited from earlier hops]
+        triggerOn: statusCodes [5XX], errors [CONNECTION_ERROR, FIRST_BYTE_TIMEOUT, UNROUTABLE, FIRST_TOKEN_TIMEOUT, STREAM_IDLE_TIMEOUT]  [default — this hop has no triggerOn; nothing is inherited from earlier hops]
         firstByteTimeoutMilliseconds: none  [default; nothing is inherited from earlier hops]
         firstTokenTimeoutMilliseconds: none  [default; nothing is inherited from earlier hops]
         streamIdleTimeoutMilliseconds: none  [default; nothing is inherited from earlier hops]
-        retry: attempts 1, backoffMilliseconds 100, maxBackoffMilliseconds 2000 (full jitter; an upstream Retry-After up to the max is honoured), on the hop's triggers (statusCodes [5XX], errors [CONNECTION_ERROR, FIRST_BYTE_TIMEOUT, UNROUTABLE])  [written]
+        retry: attempts 1, backoffMilliseconds 100, maxBackoffMilliseconds 2000 (full jitter; an upstream Retry-After up to the max is honoured), on the hop's triggers (statusCodes [5XX], errors [CONNECTION_ERROR, FIRST_BYTE_TIMEOUT, UNROUTABLE, FIRST_TOKEN_TIMEOUT, STREAM_IDLE_TIMEOUT])  [written]
         hedge: after 900 ms — but this is the last hop: nothing to hedge to, never fires  [written]
         connectTimeoutMilliseconds: 5000  [default]
         circuitBreaker: consecutiveFailures 5*, openMilliseconds 30000*, backoffMultiplier 2*, maxOpenMilliseconds 300000*, halfOpenProbes 3*, honorRetryAfter true*  (* = default)

@@ -413,7 +413,11 @@ async fn a_hedge_answers_fast_and_the_loser_is_cut_off() {
     let recs = env.log.wait_for(20, Duration::from_secs(10)).await;
     for rec in &recs {
         assert_eq!(rec.reason, "servedViaFallbackHop:1");
-        assert_eq!(kinds(rec), ["HEDGE", "HEDGE"]);
+        assert_eq!(
+            kinds(rec),
+            ["HEDGE", "FIRST"],
+            "the hedge won; the first was cut off"
+        );
         let lost = rec.attempts.iter().find(|a| &*a.model == "m-slow").unwrap();
         assert_eq!(lost.outcome, "CANCELLED");
         assert_eq!(lost.detail.as_deref(), Some("hedgeLost"));

@@ -104,8 +104,13 @@ fn describe(rec: &RoutingRecord) -> String {
         } else {
             format!(" [breaker {}]", a.breaker)
         };
+        let class = a.error_class.map(|c| format!(" {c}")).unwrap_or_default();
+        let kind = match a.kind {
+            sidetrack_resilience::retry::AttemptKind::First => String::new(),
+            k => format!(" [{}]", k.as_str()),
+        };
         lines.push(format!(
-            "      attempt hop {}: {}/{} → {what}{why} in {:.1} ms{breaker}",
+            "      attempt hop {}: {}/{} → {what}{class}{why} in {:.1} ms{breaker}{kind}",
             a.hop, a.target, a.model, a.duration_ms
         ));
     }
@@ -184,7 +189,7 @@ pub async fn run(listen: SocketAddr, admin: SocketAddr, no_serve: bool) -> ExitC
         mock.base_url()
     );
     say!("route for `gpt-4o`: rule `resilient-chat` → openai-primary/gpt-4o, fallback openai-backup/gpt-4o-mini");
-    say!("(first-byte timeout 300 ms on the primary; default triggers 5XX, CONNECTION_ERROR, FIRST_BYTE_TIMEOUT, UNROUTABLE)\n");
+    say!("(first-byte timeout 300 ms on the primary; default triggers 5XX, CONNECTION_ERROR, FIRST_BYTE_TIMEOUT, UNROUTABLE, FIRST_TOKEN_TIMEOUT, STREAM_IDLE_TIMEOUT)\n");
 
     let steps: Vec<Step> = vec![
         ("1. A healthy primary answers.", "gpt-4o", false, vec![]),
@@ -257,6 +262,9 @@ pub async fn run(listen: SocketAddr, admin: SocketAddr, no_serve: bool) -> ExitC
         }
     }
     if let Err(e) = breaker_story(&mut demo, &mock, &gw).await {
+        return fail(RUNTIME, &format!("demo request failed: {e}"));
+    }
+    if let Err(e) = controller_story(&mut demo, &mock).await {
         return fail(RUNTIME, &format!("demo request failed: {e}"));
     }
     mock.reset();
@@ -355,6 +363,38 @@ async fn breaker_story(
         say!("{}", describe(&rec));
     }
     say!("{}\n", breaker_line(gw, "openai-primary", "gpt-4o"));
+    Ok(())
+}
+
+/// Steps 10–11: error classes and hedging (SPEC §11).
+async fn controller_story(demo: &mut Demo, mock: &MockServer) -> Result<(), String> {
+    say!("10. Rule `long-context` falls back only on CONTEXT_LENGTH_EXCEEDED: small-8k answers 400 `context_length_exceeded`, so the request moves to large-128k. Any other 400 would go back to the caller.");
+    mock.set_behaviour(
+        "small-8k",
+        Behaviour {
+            status: Some(400),
+            error: Some(sidetrack_mock::ErrorConfig {
+                error_type: Some("invalid_request_error".into()),
+                code: Some("context_length_exceeded".into()),
+                message: Some("This model's maximum context length is 8192 tokens.".into()),
+                ..Default::default()
+            }),
+            ..Behaviour::default()
+        },
+    );
+    let (_, rec) = demo.send("summarise-report", false).await?;
+    say!("{}\n", describe(&rec));
+
+    say!("11. Rule `hedged`: slow-model takes 2 s to answer; after 300 ms the next hop starts too. The first good answer wins and the slow one is cut off (CANCELLED, hedgeLost).");
+    mock.set_behaviour(
+        "slow-model",
+        Behaviour {
+            first_byte_delay_milliseconds: Some(2_000),
+            ..Behaviour::default()
+        },
+    );
+    let (_, rec) = demo.send("quick-answer", false).await?;
+    say!("{}\n", describe(&rec));
     Ok(())
 }
 

@@ -183,6 +183,23 @@ fn demo_narrates_fallbacks_and_exits_cleanly_on_ctrl_c() {
         ),
         "{seen}"
     );
+    // The retry controller: a context-length fallback and a hedge.
+    assert!(
+        seen.contains("STATUS 400 CONTEXT_LENGTH_EXCEEDED"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("large-128k, reason `servedViaFallbackHop:1`"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("slow-model → CANCELLED (hedgeLost)"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("fast-model, reason `servedViaFallbackHop:1`"),
+        "{seen}"
+    );
     let status = Command::new("kill")
         .args(["-INT", &pid.to_string()])
         .status()

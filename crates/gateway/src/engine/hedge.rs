@@ -80,10 +80,13 @@ pub(super) async fn race<'a, 'p>(
     };
     // The first to finish is recorded; if it does not trigger, it wins and the other is dropped.
     let (done, pending) = match side {
-        Side::First => ((hop, chosen, kind, span), (next, hedge, hedge_started)),
+        Side::First => (
+            (hop, chosen, kind, span),
+            (next, hedge, hedge_started, AttemptKind::Hedge),
+        ),
         Side::Hedge => (
             (next, hedge, AttemptKind::Hedge, hedge_span),
-            (hop, chosen, started),
+            (hop, chosen, started, kind),
         ),
     };
     let hedge_target = match side {
@@ -92,10 +95,10 @@ pub(super) async fn race<'a, 'p>(
     };
     let ran = w.finish(done.0, done.1, result, (done.2, done.3));
     if let Ran::Settled { fired: false, .. } = ran {
-        let (lost_hop, lost, lost_started) = pending;
+        let (lost_hop, lost, lost_started, lost_kind) = pending;
         w.out
             .attempts
-            .push(cancelled(lost_hop, &lost, lost_started, side));
+            .push(cancelled(lost_hop, &lost, lost_started, lost_kind));
         lost.health
             .metrics
             .attempt(Outcome::Cancelled, lost_started.elapsed(), None);
@@ -112,12 +115,7 @@ pub(super) async fn race<'a, 'p>(
         };
     }
     // The first to finish triggered (or could not be translated): the other decides.
-    let (rest_hop, rest, rest_started) = pending;
-    let rest_kind = if side == Side::First {
-        AttemptKind::Hedge
-    } else {
-        kind
-    };
+    let (rest_hop, rest, _, rest_kind) = pending;
     let rest_span = if side == Side::First {
         hedge_span
     } else {
@@ -128,7 +126,6 @@ pub(super) async fn race<'a, 'p>(
         Side::Hedge => first.await,
     };
     drop((in_flight, hedge_in_flight));
-    let _ = rest_started;
     let ran = w.finish(rest_hop, rest, result, (rest_kind, rest_span));
     let fired = !matches!(ran, Ran::Settled { fired: false, .. });
     let won = side == Side::First && !fired;
@@ -148,13 +145,13 @@ fn cancelled(
     hop: &Hop<'_>,
     lost: &Chosen<'_, '_>,
     started: Instant,
-    _winner: Side,
+    kind: AttemptKind,
 ) -> AttemptRecord {
     AttemptRecord {
         hop: hop.index,
         target: lost.health.target.clone(),
         model: lost.health.model.clone(),
-        kind: AttemptKind::Hedge,
+        kind,
         outcome: Outcome::Cancelled,
         status: None,
         error_kind: None,
