@@ -5,12 +5,15 @@
 //! caller or any state afterwards: it no longer exists (late-result protection by ownership).
 //! When the first to finish triggered, the other is awaited and recorded as usual.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use sidetrack_resilience::retry::{self, AttemptKind};
 use sidetrack_resilience::Outcome;
 use tokio::time::Instant;
 
+use super::attempt::Attempt;
 use super::{attempt_one, choose, record_skip, Chosen, Ran, Walker};
 use crate::observe::metrics::HedgeResult;
 use crate::observe::{ms, AttemptRecord};
@@ -69,97 +72,118 @@ pub(super) async fn race<'a, 'p>(
         );
     }
     w.out.hedged = true;
-    let hedge_started = Instant::now();
     let hedge_span = w.begin(&hedge, AttemptKind::Hedge);
     let hedge_in_flight = hedge.health.in_flight();
     let second = attempt_one(hedge.dest, next, input);
     tokio::pin!(second);
+    let first_entrant = Entrant {
+        hop,
+        chosen,
+        kind,
+        span,
+        started,
+    };
+    let hedge_entrant = Entrant {
+        hop: next,
+        chosen: hedge,
+        kind: AttemptKind::Hedge,
+        span: hedge_span,
+        started: Instant::now(),
+    };
+    let ran = settle_pair(w, (first_entrant, first), (hedge_entrant, second)).await;
+    drop((in_flight, hedge_in_flight));
+    ran
+}
+
+/// One of the two raced attempts: where it runs and how it was started.
+struct Entrant<'a, 'p> {
+    hop: &'a Hop<'p>,
+    chosen: Chosen<'a, 'p>,
+    kind: AttemptKind,
+    span: Option<std::time::SystemTime>,
+    started: Instant,
+}
+
+/// Both attempts run: the first to finish is recorded; if it does not trigger it wins and the
+/// other is dropped (recorded `CANCELLED`); if it triggered, the other is awaited and decides.
+async fn settle_pair<'a, 'p, A, B>(
+    w: &mut Walker<'_, 'a, 'p>,
+    (first, mut a): (Entrant<'a, 'p>, Pin<&mut A>),
+    (hedge, mut b): (Entrant<'a, 'p>, Pin<&mut B>),
+) -> Ran
+where
+    A: Future<Output = Result<Attempt, String>>,
+    B: Future<Output = Result<Attempt, String>>,
+{
     let (side, result) = tokio::select! {
-        a = &mut first => (Side::First, a),
-        b = &mut second => (Side::Hedge, b),
+        r = &mut a => (Side::First, r),
+        r = &mut b => (Side::Hedge, r),
     };
-    // The first to finish is recorded; if it does not trigger, it wins and the other is dropped.
+    let hedge_target = hedge.chosen.health.clone();
     let (done, pending) = match side {
-        Side::First => (
-            (hop, chosen, kind, span),
-            (next, hedge, hedge_started, AttemptKind::Hedge),
-        ),
-        Side::Hedge => (
-            (next, hedge, AttemptKind::Hedge, hedge_span),
-            (hop, chosen, started, kind),
-        ),
+        Side::First => (first, hedge),
+        Side::Hedge => (hedge, first),
     };
-    let hedge_target = match side {
-        Side::First => pending.1.health.clone(),
-        Side::Hedge => done.1.health.clone(),
-    };
-    let ran = w.finish(done.0, done.1, result, (done.2, done.3));
+    let ran = w.finish(done.hop, done.chosen, result, (done.kind, done.span));
     if let Ran::Settled { fired: false, .. } = ran {
-        let (lost_hop, lost, lost_started, lost_kind) = pending;
-        w.out
-            .attempts
-            .push(cancelled(lost_hop, &lost, lost_started, lost_kind));
-        lost.health
+        w.out.attempts.push(cancelled(&pending));
+        let lost = pending.started.elapsed();
+        pending
+            .chosen
+            .health
             .metrics
-            .attempt(Outcome::Cancelled, lost_started.elapsed(), None);
-        let result = if side == Side::Hedge {
-            HedgeResult::Won
-        } else {
-            HedgeResult::Lost
-        };
-        hedge_target.metrics.hedge(result);
-        drop((in_flight, hedge_in_flight));
+            .attempt(Outcome::Cancelled, lost, None);
+        let won = side == Side::Hedge;
+        hedge_target.metrics.hedge(hedge_result(won));
         return Ran::Settled {
             fired: false,
             hedged: true,
         };
     }
-    // The first to finish triggered (or could not be translated): the other decides.
-    let (rest_hop, rest, _, rest_kind) = pending;
-    let rest_span = if side == Side::First {
-        hedge_span
-    } else {
-        span
-    };
     let result = match side {
-        Side::First => second.await,
-        Side::Hedge => first.await,
+        Side::First => b.await,
+        Side::Hedge => a.await,
     };
-    drop((in_flight, hedge_in_flight));
-    let ran = w.finish(rest_hop, rest, result, (rest_kind, rest_span));
+    let ran = w.finish(
+        pending.hop,
+        pending.chosen,
+        result,
+        (pending.kind, pending.span),
+    );
     let fired = !matches!(ran, Ran::Settled { fired: false, .. });
-    let won = side == Side::First && !fired;
-    hedge_target.metrics.hedge(if won {
-        HedgeResult::Won
-    } else {
-        HedgeResult::Lost
-    });
+    // The hedge was the one still running: it won if its answer is the one returned.
+    hedge_target
+        .metrics
+        .hedge(hedge_result(side == Side::First && !fired));
     Ran::Settled {
         fired,
         hedged: true,
     }
 }
 
+fn hedge_result(won: bool) -> HedgeResult {
+    if won {
+        HedgeResult::Won
+    } else {
+        HedgeResult::Lost
+    }
+}
+
 /// The record of the attempt that lost the race: dropped before it was decided.
-fn cancelled(
-    hop: &Hop<'_>,
-    lost: &Chosen<'_, '_>,
-    started: Instant,
-    kind: AttemptKind,
-) -> AttemptRecord {
+fn cancelled(lost: &Entrant<'_, '_>) -> AttemptRecord {
     AttemptRecord {
-        hop: hop.index,
-        target: lost.health.target.clone(),
-        model: lost.health.model.clone(),
-        kind,
+        hop: lost.hop.index,
+        target: lost.chosen.health.target.clone(),
+        model: lost.chosen.health.model.clone(),
+        kind: lost.kind,
         outcome: Outcome::Cancelled,
         status: None,
         error_kind: None,
         error_class: None,
         detail: Some("hedgeLost".to_owned()),
-        duration_ms: ms(started.elapsed()),
+        duration_ms: ms(lost.started.elapsed()),
         first_byte_ms: None,
-        breaker: sidetrack_resilience::walk::attempt_breaker_label(lost.admitted),
+        breaker: sidetrack_resilience::walk::attempt_breaker_label(lost.chosen.admitted),
         stopped_by: None,
     }
 }

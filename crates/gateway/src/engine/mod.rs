@@ -314,107 +314,115 @@ impl<'a, 'p> Walker<'_, 'a, 'p> {
                 self.stop_last(StoppedBy::MaxAttempts);
                 return HopEnd::Done;
             }
-            let first_choice = !tried.contains(&true);
-            let mut skips = Vec::new();
             let again = kind == AttemptKind::Retry;
-            let chosen = choose(
-                hop,
-                input,
-                (last_remaining, first_choice),
-                (&tried, again),
-                &mut skips,
-            );
-            if first_choice {
-                for (i, why, detail) in skips {
-                    record_skip(
-                        &mut self.out,
-                        input,
-                        hop,
-                        &hop.destinations[i],
-                        (why, detail),
-                    );
-                }
-            }
-            let Some(chosen) = chosen else {
+            let Some(chosen) = self.pick(hop, last_remaining, &tried, again) else {
                 return HopEnd::Next(pos + 1);
             };
             tried[chosen.index] = true;
-            self.out.forced |= matches!(chosen.admitted, Admitted::Forced(_));
-            let hedge_to = hop
-                .policy
-                .hedge
-                .filter(|_| !is_last && !input.fallback_off)
-                .map(|h| (h.after, pos + 1));
+            let hedge_to = hop.policy.hedge.filter(|_| !is_last && !input.fallback_off);
             let run = match hedge_to {
-                Some((after, next)) => {
-                    hedge::race(self, (hop, chosen, kind), (&hops[next], after)).await
-                }
+                Some(h) => hedge::race(self, (hop, chosen, kind), (&hops[pos + 1], h.after)).await,
                 None => self.attempt(hop, chosen, kind).await,
             };
             let fired = match run {
                 Ran::Untranslatable => continue,
+                // A hedged pair is settled: its answer is returned, or both hops were used.
                 Ran::Settled {
                     fired,
                     hedged: true,
-                } => {
-                    // A hedged pair is settled: its answer is returned, or both hops were used.
-                    return if fired && pos + 2 < hops.len() {
-                        HopEnd::Next(pos + 2)
-                    } else {
-                        HopEnd::Done
-                    };
-                }
-                Ran::Settled {
-                    fired,
-                    hedged: false,
-                } => fired,
+                } if fired && pos + 2 < hops.len() => return HopEnd::Next(pos + 2),
+                Ran::Settled { hedged: true, .. } => return HopEnd::Done,
+                Ran::Settled { fired, .. } => fired,
             };
-            let succeeded = self
-                .out
-                .returned
-                .as_ref()
-                .is_some_and(|r| r.outcome.is_success());
-            if succeeded {
-                return HopEnd::Done;
-            }
-            if Instant::now() >= input.deadline {
-                // A trigger with no time left for anything after it: the deadline ends the walk.
-                self.out.deadline_exceeded = fired;
-                return HopEnd::Done;
-            }
-            // `retry.on` may list what the triggers do not (e.g. 429): such an answer is retried
-            // too, and returned when it is not.
-            match self.retry_decision(hop, retries_made) {
-                RetryDecision::Retry { after } => {
-                    tokio::time::sleep(after).await;
+            match self.after_failure(hop, fired, retries_made, &tried) {
+                After::Retry(wait) => {
+                    tokio::time::sleep(wait).await;
                     retries_made += 1;
                     kind = AttemptKind::Retry;
                     self.out.retried = true;
                 }
-                RetryDecision::Advance(stopped) if !fired => {
-                    if stopped != StoppedBy::NotRetryable {
-                        self.stop_last(stopped);
-                    }
-                    return HopEnd::Done;
-                }
-                RetryDecision::Advance(stopped) => {
+                After::NextMember => kind = AttemptKind::First,
+                After::LeaveHop if is_last => return HopEnd::Done,
+                After::LeaveHop => return HopEnd::Next(pos + 1),
+                After::Done => return HopEnd::Done,
+            }
+        }
+    }
+
+    /// Phases "breaker" and "pick destination" on `hop` ([`choose`]); the hop's skips are logged
+    /// at its first choice.
+    fn pick(
+        &mut self,
+        hop: &'a Hop<'p>,
+        last_remaining: bool,
+        tried: &[bool],
+        again: bool,
+    ) -> Option<Chosen<'a, 'p>> {
+        let input = self.input;
+        let first_choice = !tried.contains(&true);
+        let mut skips = Vec::new();
+        let chosen = choose(
+            hop,
+            input,
+            (last_remaining, first_choice),
+            (tried, again),
+            &mut skips,
+        );
+        if first_choice {
+            for (i, why, detail) in skips {
+                let member = &hop.destinations[i];
+                record_skip(&mut self.out, input, hop, member, (why, detail));
+            }
+        }
+        if let Some(c) = &chosen {
+            self.out.forced |= matches!(c.admitted, Admitted::Forced(_));
+        }
+        chosen
+    }
+
+    /// What follows an attempt on `hop` that did not succeed (SPEC §11): retry it, try another
+    /// member of the group, leave the hop, or end the walk. `retry.on` may list what the triggers
+    /// do not (e.g. 429): such an answer is retried too, and returned when it is not.
+    fn after_failure(
+        &mut self,
+        hop: &Hop<'_>,
+        fired: bool,
+        retries_made: u32,
+        tried: &[bool],
+    ) -> After {
+        let input = self.input;
+        let succeeded = self
+            .out
+            .returned
+            .as_ref()
+            .is_some_and(|r| r.outcome.is_success());
+        if succeeded {
+            return After::Done;
+        }
+        if Instant::now() >= input.deadline {
+            // A trigger with no time left for anything after it: the deadline ends the walk.
+            self.out.deadline_exceeded = fired;
+            return After::Done;
+        }
+        match self.retry_decision(hop, retries_made) {
+            RetryDecision::Retry { after } => After::Retry(after),
+            RetryDecision::Advance(stopped) if !fired => {
+                if stopped != StoppedBy::NotRetryable {
                     self.stop_last(stopped);
-                    if stopped.ends_walk() {
-                        return HopEnd::Done;
-                    }
-                    // A priority group tries each healthy member once before the walk leaves it.
-                    kind = AttemptKind::First;
-                    let untried = tried
-                        .iter()
-                        .zip(&hop.destinations)
-                        .any(|(t, d)| !t && member_usable(d, input));
-                    if !untried {
-                        return if is_last {
-                            HopEnd::Done
-                        } else {
-                            HopEnd::Next(pos + 1)
-                        };
-                    }
+                }
+                After::Done
+            }
+            RetryDecision::Advance(stopped) => {
+                self.stop_last(stopped);
+                // A priority group tries each healthy member once before the walk leaves it.
+                let untried = tried
+                    .iter()
+                    .zip(&hop.destinations)
+                    .any(|(t, d)| !t && member_usable(d, input));
+                match (stopped.ends_walk(), untried) {
+                    (true, _) => After::Done,
+                    (false, true) => After::NextMember,
+                    (false, false) => After::LeaveHop,
                 }
             }
         }
@@ -584,6 +592,18 @@ impl<'a, 'p> Walker<'_, 'a, 'p> {
             last.stopped_by = Some(stopped);
         }
     }
+}
+
+/// What follows a failed attempt on a hop.
+enum After {
+    /// The same hop again after this wait.
+    Retry(Duration),
+    /// Another (untried) member of the group.
+    NextMember,
+    /// On to the next hop (or, on the last hop, the end of the walk with this answer).
+    LeaveHop,
+    /// The walk is over: this answer goes back.
+    Done,
 }
 
 /// What running a chosen destination came to.
