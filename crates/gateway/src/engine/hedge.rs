@@ -127,6 +127,7 @@ where
     let ran = w.finish(done.hop, done.chosen, result, (done.kind, done.span));
     if let Ran::Settled { fired: false, .. } = ran {
         w.out.attempts.push(cancelled(&pending));
+        w.input.health.note_first_attempt(&pending.chosen.health);
         let lost = pending.started.elapsed();
         pending
             .chosen

@@ -447,11 +447,10 @@ impl<'a, 'p> Walker<'_, 'a, 'p> {
     ) -> Option<std::time::SystemTime> {
         let input = self.input;
         self.attempts_made += 1;
-        // A retry took its place in the budget when it was decided.
+        // A retry took its place in the budget when it was decided; a first attempt is counted
+        // when it is recorded (`Health::record`).
         if kind == AttemptKind::Retry {
             chosen.health.metrics.retry();
-        } else {
-            input.health.note_first_attempt(&chosen.health);
         }
         input.metrics.traces().start() // None (and nothing else) when off
     }
@@ -512,8 +511,7 @@ impl<'a, 'p> Walker<'_, 'a, 'p> {
             health.metrics.upstream_response(code);
         }
         let chosen = (dest, &health, admitted);
-        let mut rec = record_attempt(input, hop, chosen, &mut attempt, fired, probe);
-        rec.kind = kind;
+        let rec = record_attempt(input, hop, chosen, (&mut attempt, fired, kind), probe);
         if let Some(start) = span_start {
             // The attempt span ends here: the attempt is classified and recorded.
             let traces = input.metrics.traces();
@@ -644,15 +642,15 @@ fn record_attempt(
     input: &WalkInput<'_, '_>,
     hop: &Hop<'_>,
     (dest, health, admitted): (&Dest<'_>, &Arc<DestHealth>, Admitted),
-    attempt: &mut attempt::Attempt,
-    fired: bool,
+    (attempt, fired, kind): (&mut attempt::Attempt, bool, AttemptKind),
     probe: Option<ProbeGuard>,
 ) -> AttemptRecord {
     let condition = input.health.condition(&dest.target.name);
+    let retry = kind == AttemptKind::Retry;
     let verdict = verdict(attempt, fired, condition.as_deref());
     input
         .health
-        .record(health, verdict, probe, attempt.first_byte);
+        .record(health, verdict, probe, (attempt.first_byte, retry));
     health
         .metrics
         .attempt(attempt.outcome, attempt.duration, attempt.first_byte);
@@ -667,7 +665,7 @@ fn record_attempt(
         duration_ms: ms(attempt.duration),
         first_byte_ms: attempt.first_byte.map(ms),
         breaker: walk::attempt_breaker_label(admitted),
-        kind: AttemptKind::First,
+        kind,
         error_class: attempt.class,
         stopped_by: None,
     }

@@ -23,7 +23,7 @@ use axum::extract::{Request, State};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
-use http::{HeaderMap, StatusCode};
+use http::{HeaderMap, HeaderName, StatusCode};
 use http_body::Body as _;
 use sidetrack_config::Config;
 use sidetrack_dialects::{Dialect, GatewayErrorKind, ParsedRequest};
@@ -310,12 +310,14 @@ fn request_budget(server: &sidetrack_config::Server, headers: &HeaderMap) -> std
     if !server.caller_deadline {
         return server.request_timeout;
     }
-    let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    static TIMEOUT_MS: HeaderName = HeaderName::from_static("x-sidetrack-timeout-ms");
+    static STAINLESS: HeaderName = HeaderName::from_static("x-stainless-timeout");
+    let value = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
     let ms = server
         .caller_overrides
-        .then(|| value("x-sidetrack-timeout-ms"))
+        .then(|| value(&TIMEOUT_MS))
         .flatten();
-    match sidetrack_resilience::retry::caller_timeout(ms, value("x-stainless-timeout")) {
+    match sidetrack_resilience::retry::caller_timeout(ms, value(&STAINLESS)) {
         Some(caller) => caller.min(server.request_timeout),
         None => server.request_timeout,
     }
@@ -323,8 +325,9 @@ fn request_budget(server: &sidetrack_config::Server, headers: &HeaderMap) -> std
 
 /// `x-sidetrack-fallback: off` (SPEC §11 Caller overrides).
 fn fallback_off(headers: &HeaderMap) -> bool {
+    static FALLBACK: HeaderName = HeaderName::from_static("x-sidetrack-fallback");
     headers
-        .get("x-sidetrack-fallback")
+        .get(&FALLBACK)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"off"))
 }
 

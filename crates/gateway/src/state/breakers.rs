@@ -56,6 +56,9 @@ pub struct DestHealth {
     /// `target/model`, ready for the `x-sidetrack-served-by` header.
     pub served_by: Option<http::HeaderValue>,
     inner: Mutex<Inner>,
+    /// The time-to-first-byte EWMA in whole microseconds (0: unmeasured), readable without the
+    /// lock: the deadline check reads it for every member of every hop.
+    ttfb_micros: AtomicU64,
     disabled: AtomicBool,
     in_flight: AtomicU32,
     attempts: AtomicU64,
@@ -125,6 +128,7 @@ impl DestHealth {
                 ttfb_ewma_ms: None,
                 budget: None,
             }),
+            ttfb_micros: AtomicU64::new(0),
             disabled: AtomicBool::new(false),
             in_flight: AtomicU32::new(0),
             attempts: AtomicU64::new(0),
@@ -185,13 +189,7 @@ impl DestHealth {
 
     /// Its expected time to first byte (SPEC §11 Deadline): the EWMA, zero when unmeasured.
     pub fn expected_ttfb(&self) -> Duration {
-        let ms = self
-            .inner
-            .lock()
-            .ok()
-            .and_then(|i| i.ttfb_ewma_ms)
-            .unwrap_or(0.0);
-        Duration::try_from_secs_f64(ms / 1000.0).unwrap_or_default()
+        Duration::from_micros(self.ttfb_micros.load(Ordering::Relaxed))
     }
 
     /// When its open breaker lets a probe through (`None` unless open).
@@ -478,7 +476,8 @@ impl Health {
     }
 
     /// Notes a first attempt on `d` in its retry budget (any attempt that is not a retry of it:
-    /// a fallback or hedge arriving from elsewhere too).
+    /// a fallback or hedge arriving from elsewhere too). [`Health::record`] does this for every
+    /// recorded attempt; this is for one that ends unrecorded (a hedge's loser).
     pub fn note_first_attempt(&self, d: &DestHealth) {
         let now = self.now();
         if let Ok(mut i) = d.inner.lock() {
@@ -530,13 +529,15 @@ impl Health {
             .unwrap_or(BreakerState::Closed)
     }
 
-    /// Records an attempt's verdict (and its time to first byte on success).
+    /// Records an attempt's verdict (and its time to first byte on success), and — unless it was
+    /// a retry, whose place in the budget was taken when it was decided — counts it as a first
+    /// attempt in the destination's retry budget.
     pub fn record(
         &self,
         d: &Arc<DestHealth>,
         verdict: Verdict,
         probe: Option<ProbeGuard>,
-        first_byte: Option<Duration>,
+        (first_byte, retry): (Option<Duration>, bool),
     ) {
         d.attempts.fetch_add(1, Ordering::Relaxed);
         let probe = probe.and_then(|mut g| g.probe.take());
@@ -546,15 +547,23 @@ impl Health {
         let now = self.now();
         let transition = {
             let Ok(mut i) = d.inner.lock() else { return };
+            if !retry {
+                i.budget
+                    .get_or_insert_with(|| RetryBudget::new(now))
+                    .record_first(now);
+            }
             match verdict {
                 Verdict::Success => {
                     d.successes.fetch_add(1, Ordering::Relaxed);
                     if let Some(fb) = first_byte {
                         let sample = fb.as_secs_f64() * 1000.0;
-                        i.ttfb_ewma_ms = Some(match i.ttfb_ewma_ms {
+                        let ewma = match i.ttfb_ewma_ms {
                             None => sample,
                             Some(prev) => TTFB_ALPHA * sample + (1.0 - TTFB_ALPHA) * prev,
-                        });
+                        };
+                        i.ttfb_ewma_ms = Some(ewma);
+                        let micros = (ewma * 1000.0).max(1.0) as u64;
+                        d.ttfb_micros.store(micros, Ordering::Relaxed);
                     }
                     i.breaker.on_success(probe)
                 }
