@@ -23,7 +23,7 @@ use axum::extract::{Request, State};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
-use http::{HeaderMap, HeaderName, StatusCode};
+use http::{HeaderMap, StatusCode};
 use http_body::Body as _;
 use sidetrack_config::Config;
 use sidetrack_dialects::{Dialect, GatewayErrorKind, ParsedRequest};
@@ -213,7 +213,8 @@ fn handle(
         let rt = shared.runtime.load_full();
         let server = &rt.config.server;
         let mut ctx = RequestCtx::new(&shared, dialect, path, server);
-        let budget = request_budget(server, &parts.headers);
+        let asks = CallerAsks::scan(&parts.headers);
+        let budget = asks.budget(server);
         let deadline = ctx.started + budget;
         ctx.deadline_ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
 
@@ -294,7 +295,7 @@ fn handle(
             request_id: ctx.request_id.as_str(),
             max_attempts: rt.config.defaults.max_attempts,
             retry_budget: rt.config.defaults.retry_budget,
-            fallback_off: server.caller_overrides && fallback_off(&parts.headers),
+            fallback_off: server.caller_overrides && asks.fallback_off,
         })
         .await;
 
@@ -303,32 +304,48 @@ fn handle(
     }
 }
 
-/// The request's time budget (SPEC §11 Deadline): `server.requestTimeoutMilliseconds`, or the
-/// caller's own deadline when it is sooner — `x-stainless-timeout` when `server.callerDeadline`,
-/// and `x-sidetrack-timeout-ms` when `server.callerOverrides` too.
-fn request_budget(server: &sidetrack_config::Server, headers: &HeaderMap) -> std::time::Duration {
-    if !server.caller_deadline {
-        return server.request_timeout;
-    }
-    static TIMEOUT_MS: HeaderName = HeaderName::from_static("x-sidetrack-timeout-ms");
-    static STAINLESS: HeaderName = HeaderName::from_static("x-stainless-timeout");
-    let value = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
-    let ms = server
-        .caller_overrides
-        .then(|| value(&TIMEOUT_MS))
-        .flatten();
-    match sidetrack_resilience::retry::caller_timeout(ms, value(&STAINLESS)) {
-        Some(caller) => caller.min(server.request_timeout),
-        None => server.request_timeout,
-    }
+/// What the caller asks of the retry controller in its headers (SPEC §11), found in one pass over
+/// the headers (a map lookup per name costs more than a scan of a request's few headers).
+#[derive(Default)]
+struct CallerAsks<'h> {
+    /// `x-sidetrack-timeout-ms`
+    timeout_ms: Option<&'h str>,
+    /// `x-stainless-timeout`
+    stainless_timeout: Option<&'h str>,
+    /// `x-sidetrack-fallback: off`
+    fallback_off: bool,
 }
 
-/// `x-sidetrack-fallback: off` (SPEC §11 Caller overrides).
-fn fallback_off(headers: &HeaderMap) -> bool {
-    static FALLBACK: HeaderName = HeaderName::from_static("x-sidetrack-fallback");
-    headers
-        .get(&FALLBACK)
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"off"))
+impl<'h> CallerAsks<'h> {
+    fn scan(headers: &'h HeaderMap) -> CallerAsks<'h> {
+        let mut asks = CallerAsks::default();
+        for (name, value) in headers {
+            // Names in a `HeaderMap` are lower case; the length rules out most at once.
+            match name.as_str() {
+                "x-sidetrack-timeout-ms" => asks.timeout_ms = value.to_str().ok(),
+                "x-stainless-timeout" => asks.stainless_timeout = value.to_str().ok(),
+                "x-sidetrack-fallback" => {
+                    asks.fallback_off = value.as_bytes().eq_ignore_ascii_case(b"off");
+                }
+                _ => {}
+            }
+        }
+        asks
+    }
+
+    /// The request's time budget (SPEC §11 Deadline): `server.requestTimeoutMilliseconds`, or the
+    /// caller's own deadline when it is sooner — `x-stainless-timeout` when
+    /// `server.callerDeadline`, and `x-sidetrack-timeout-ms` when `server.callerOverrides` too.
+    fn budget(&self, server: &sidetrack_config::Server) -> std::time::Duration {
+        if !server.caller_deadline {
+            return server.request_timeout;
+        }
+        let ms = self.timeout_ms.filter(|_| server.caller_overrides);
+        match sidetrack_resilience::retry::caller_timeout(ms, self.stainless_timeout) {
+            Some(caller) => caller.min(server.request_timeout),
+            None => server.request_timeout,
+        }
+    }
 }
 
 /// Why a request is refused before routing: the error kind, the message, and the routing log's
