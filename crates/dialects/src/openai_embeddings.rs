@@ -58,9 +58,11 @@ fn bad(field: &'static str, expected: &'static str) -> ParseError {
 
 /// Reads and checks the members; errors say which one and what it must be.
 fn read(body: &[u8]) -> Result<Request, ParseError> {
-    let wire: Wire = serde_json::from_slice(body).map_err(|e| ParseError::NotJson(e.to_string()))?;
+    let wire: Wire =
+        serde_json::from_slice(body).map_err(|e| ParseError::NotJson(e.to_string()))?;
     let input = wire.input.ok_or(bad("input", "present"))?;
-    let expected = "a non-empty string, an array of at most 2048 non-empty strings, or token arrays";
+    let expected =
+        "a non-empty string, an array of at most 2048 non-empty strings, or token arrays";
     let input: Input = serde_json::from_value(input).map_err(|_| bad("input", expected))?;
     let texts = match input {
         Input::Text(t) => Some(vec![t]),
@@ -321,8 +323,14 @@ mod tests {
             (r#"{"model":"e","input":["a",""]}"#, "input"),
             (r#"{"model":"e","input":{"a":1}}"#, "input"),
             (r#"{"model":"e","input":"a","dimensions":0}"#, "dimensions"),
-            (r#"{"model":"e","input":"a","dimensions":"8"}"#, "dimensions"),
-            (r#"{"model":"e","input":"a","encoding_format":"int8"}"#, "encoding_format"),
+            (
+                r#"{"model":"e","input":"a","dimensions":"8"}"#,
+                "dimensions",
+            ),
+            (
+                r#"{"model":"e","input":"a","encoding_format":"int8"}"#,
+                "encoding_format",
+            ),
         ] {
             match parse(body) {
                 Err(ParseError::BadField { field: f, .. }) => assert_eq!(f, field, "{body}"),
@@ -347,13 +355,19 @@ mod tests {
         let titan = "amazon.titan-embed-text-v2:0";
         let body = request_body(Dialect::BedrockInvoke, &one, titan).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(v, json!({"inputText": "hi", "dimensions": 512, "normalize": true}));
+        assert_eq!(
+            v,
+            json!({"inputText": "hi", "dimensions": 512, "normalize": true})
+        );
         let two = parse(r#"{"model":"e","input":["a","b"]}"#).unwrap();
         let e = request_body(Dialect::BedrockInvoke, &two, titan).unwrap_err();
         assert!(e.0.contains("one text"), "{e}");
         let body = request_body(Dialect::BedrockInvoke, &two, "cohere.embed-english-v3").unwrap();
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(v, json!({"texts": ["a", "b"], "input_type": "search_document"}));
+        assert_eq!(
+            v,
+            json!({"texts": ["a", "b"], "input_type": "search_document"})
+        );
         let odd = parse(r#"{"model":"e","input":"a","dimensions":100}"#).unwrap();
         assert!(request_body(Dialect::BedrockInvoke, &odd, titan).is_err());
         assert!(request_body(Dialect::BedrockInvoke, &two, "anthropic.claude").is_err());
@@ -361,7 +375,9 @@ mod tests {
         let tokens = parse(r#"{"model":"e","input":[1,2]}"#).unwrap();
         assert!(request_body(Dialect::BedrockInvoke, &tokens, "cohere.embed-v4:0").is_err());
         let same = request_body(Dialect::OpenAiEmbeddings, &two, "other").unwrap();
-        assert!(std::str::from_utf8(&same).unwrap().contains(r#""model":"other""#));
+        assert!(std::str::from_utf8(&same)
+            .unwrap()
+            .contains(r#""model":"other""#));
     }
 
     #[test]
