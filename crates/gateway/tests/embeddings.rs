@@ -248,3 +248,62 @@ async fn the_openai_sdk_gets_close_vectors_for_close_texts() {
     assert_eq!(out["lengths"], json!([1024]));
     assert_eq!(out["served_by"], "aws/amazon.titan-embed-text-v2:0");
 }
+
+#[tokio::test]
+async fn a_failing_embeddings_primary_opens_its_breaker_and_is_skipped() {
+    let env = common::start_with_clock(
+        CONFIG,
+        behaviours(&[("emb-down", status(503))]),
+        sidetrack_gateway::Clock::manual(),
+    )
+    .await;
+    for _ in 0..5 {
+        let r = embed(&env, json!({"model": "embed", "input": "x"})).await;
+        assert_eq!(r.status, 200);
+    }
+    assert_eq!(env.breaker("oai", "emb-down").await, "OPEN");
+    let r = embed(&env, json!({"model": "embed", "input": "x"})).await;
+    assert_eq!(r.status, 200);
+    let rec = env.record(6).await;
+    assert_eq!(Env::route(&rec), [format!("aws/{TITAN}")]);
+    assert_eq!(rec.skipped[0].model.as_ref(), "emb-down");
+    assert_eq!((env.hits("emb-down"), env.hits(TITAN)), (5, 6));
+}
+
+#[tokio::test]
+async fn failfirst_on_the_mock_fails_then_serves_embeddings() {
+    let flaky = sidetrack_mock::Behaviour {
+        status: Some(500),
+        fail_first: Some(1),
+        ..sidetrack_mock::Behaviour::default()
+    };
+    let env = start(CONFIG, behaviours(&[(TITAN, flaky)])).await;
+    let r = embed(&env, json!({"model": "titan", "input": "x"})).await;
+    assert_eq!(r.status, 500, "{}", r.body);
+    assert_eq!(
+        r.json()["error"]["type"],
+        "server_error",
+        "Bedrock's error in OpenAI's shape"
+    );
+    let r = embed(&env, json!({"model": "titan", "input": "x"})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
+/// A Bedrock destination without a key signs with SigV4, as chat does. Only this test of the
+/// binary reads the AWS variables (the others' Bedrock target has an `apiKey`).
+#[tokio::test]
+async fn a_bedrock_embeddings_destination_without_a_key_signs_with_sigv4() {
+    std::env::set_var("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE");
+    std::env::set_var(
+        "AWS_SECRET_ACCESS_KEY",
+        "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+    );
+    let yaml = CONFIG.replace(", apiKey: bedrock-key", "");
+    let env = start(&yaml, MockConfig::default()).await;
+    let r = embed(&env, json!({"model": "cohere", "input": "signed"})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let sent = env.mock.last_request(COHERE).unwrap();
+    assert_eq!(sent["auth"], "sigv4");
+    let auth = sent["headers"]["authorization"].as_str().unwrap();
+    assert!(auth.contains("/us-east-1/bedrock/aws4_request"), "{auth}");
+}
