@@ -40,7 +40,9 @@ pub enum Family {
 impl Family {
     pub fn of(dialect: crate::Dialect) -> Family {
         match dialect {
-            crate::Dialect::OpenAiChat | crate::Dialect::OpenAiResponses => Family::OpenAi,
+            crate::Dialect::OpenAiChat
+            | crate::Dialect::OpenAiResponses
+            | crate::Dialect::OpenAiEmbeddings => Family::OpenAi,
             crate::Dialect::AnthropicMessages => Family::Anthropic,
             crate::Dialect::BedrockInvoke | crate::Dialect::BedrockConverse => Family::Bedrock,
         }

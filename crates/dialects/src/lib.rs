@@ -13,6 +13,7 @@ pub mod error_class;
 pub mod errors;
 mod json_tail;
 pub mod openai_chat;
+pub mod openai_embeddings;
 pub mod openai_responses;
 pub mod request;
 pub mod sse;
@@ -29,6 +30,8 @@ pub enum Dialect {
     AnthropicMessages,
     BedrockInvoke,
     BedrockConverse,
+    /// `POST /v1/embeddings` (SPEC §12): not a chat dialect; see [`openai_embeddings`].
+    OpenAiEmbeddings,
 }
 
 impl Dialect {
@@ -39,6 +42,7 @@ impl Dialect {
             Dialect::AnthropicMessages => "anthropic-messages",
             Dialect::BedrockInvoke => "bedrock-invoke",
             Dialect::BedrockConverse => "bedrock-converse",
+            Dialect::OpenAiEmbeddings => "openai-embeddings",
         }
     }
 
@@ -49,6 +53,7 @@ impl Dialect {
             Dialect::AnthropicMessages,
             Dialect::BedrockInvoke,
             Dialect::BedrockConverse,
+            Dialect::OpenAiEmbeddings,
         ]
         .into_iter()
         .find(|d| d.as_str() == s)

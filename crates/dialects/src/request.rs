@@ -31,6 +31,9 @@ pub struct Features {
     /// `X-Amzn-Bedrock-Guardrail*` headers. OpenAI chat, Responses and Anthropic Messages have no
     /// request-side guardrail field.
     pub guardrail: Option<Dialect>,
+    /// An embeddings request (SPEC §12) asked for `encoding_format: base64`: a translated answer
+    /// carries its vectors so.
+    pub base64_embeddings: bool,
 }
 
 /// Whether `name` (a header name, any case) asks Bedrock for a guardrail:
@@ -237,6 +240,7 @@ impl ParsedRequest {
             json_schema,
             estimated_prompt_tokens: (text.len() as u64) / 4,
             guardrail: None,
+            base64_embeddings: false,
         };
         // Read only when present (seldom): `{"include_usage": true, ...}`.
         let stream_usage = top.stream_options.map(|raw| {

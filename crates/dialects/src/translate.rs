@@ -75,6 +75,7 @@ impl Dialect {
             Dialect::BedrockInvoke | Dialect::BedrockConverse => {
                 bedrock::parse_request(self, path_model.unwrap_or_default(), body, path_stream)
             }
+            Dialect::OpenAiEmbeddings => crate::openai_embeddings::parse_request(body),
             _ => ParsedRequest::parse_json_top(self, body),
         }
     }
@@ -97,6 +98,7 @@ impl Dialect {
             Dialect::AnthropicMessages => anthropic_messages::to_canonical(req),
             Dialect::BedrockInvoke => invoke::to_canonical(req),
             Dialect::BedrockConverse => converse::to_canonical(req),
+            Dialect::OpenAiEmbeddings => Err(not_chat()),
         }
     }
 
@@ -108,6 +110,7 @@ impl Dialect {
             Dialect::AnthropicMessages => anthropic_messages::request_body(req),
             Dialect::BedrockInvoke => invoke::request_body(req),
             Dialect::BedrockConverse => converse::request_body(req),
+            Dialect::OpenAiEmbeddings => Err(not_chat()),
         }
     }
 
@@ -118,6 +121,7 @@ impl Dialect {
             Dialect::AnthropicMessages => anthropic_messages::parse_response(body),
             Dialect::BedrockInvoke => invoke::parse_response(body),
             Dialect::BedrockConverse => converse::parse_response(body),
+            Dialect::OpenAiEmbeddings => Err(not_chat()),
         }
     }
 
@@ -128,6 +132,10 @@ impl Dialect {
             Dialect::AnthropicMessages => anthropic_messages::render_response(resp),
             Dialect::BedrockInvoke => invoke::render_response(resp),
             Dialect::BedrockConverse => converse::render_response(resp),
+            // No chat answer is an embeddings answer: an empty list with the usage.
+            Dialect::OpenAiEmbeddings => {
+                crate::openai_embeddings::render(&[], &resp.model, resp.usage.input_tokens, false)
+            }
         }
     }
 
@@ -147,12 +155,16 @@ impl Dialect {
             Dialect::AnthropicMessages => anthropic_messages::response_usage(body),
             Dialect::BedrockInvoke => invoke::response_usage(body),
             Dialect::BedrockConverse => converse::response_usage(body),
+            Dialect::OpenAiEmbeddings => crate::openai_embeddings::response_usage(body),
         }
     }
 
     pub fn stream_decoder(self) -> Box<dyn Decode> {
         match self {
-            Dialect::OpenAiChat => Box::new(openai_chat::StreamDecoder::new()),
+            // Embeddings never stream; OpenAI's decoder stands in.
+            Dialect::OpenAiChat | Dialect::OpenAiEmbeddings => {
+                Box::new(openai_chat::StreamDecoder::new())
+            }
             Dialect::OpenAiResponses => Box::new(openai_responses::StreamDecoder::new()),
             Dialect::AnthropicMessages => Box::new(anthropic_messages::StreamDecoder::new()),
             Dialect::BedrockInvoke => Box::new(invoke::StreamDecoder::new()),
@@ -166,7 +178,7 @@ impl Dialect {
     /// always carry usage).
     pub fn stream_encoder(self, id: &str, model: &str, usage_chunk: bool) -> Box<dyn Encode> {
         match self {
-            Dialect::OpenAiChat => {
+            Dialect::OpenAiChat | Dialect::OpenAiEmbeddings => {
                 Box::new(openai_chat::StreamEncoder::new(id, model).with_usage_chunk(usage_chunk))
             }
             Dialect::OpenAiResponses => Box::new(openai_responses::StreamEncoder::new(id, model)),
@@ -195,7 +207,9 @@ impl Dialect {
     /// A gateway-made error in this dialect's shape (SPEC §6.3).
     pub fn render_error(self, kind: GatewayErrorKind, message: &str) -> RenderedError {
         match self {
-            Dialect::OpenAiChat => openai_chat::render_error(kind, message),
+            Dialect::OpenAiChat | Dialect::OpenAiEmbeddings => {
+                openai_chat::render_error(kind, message)
+            }
             Dialect::OpenAiResponses => openai_responses::render_error(kind, message),
             Dialect::AnthropicMessages => anthropic_messages::render_error(kind, message),
             Dialect::BedrockInvoke => invoke::render_error(kind, message),
@@ -206,7 +220,9 @@ impl Dialect {
     /// The frame that ends a committed stream after an upstream failure (SPEC §5.6).
     pub fn render_stream_error(self, message: &str) -> Bytes {
         match self {
-            Dialect::OpenAiChat => openai_chat::render_stream_error(message),
+            Dialect::OpenAiChat | Dialect::OpenAiEmbeddings => {
+                openai_chat::render_stream_error(message)
+            }
             Dialect::OpenAiResponses => openai_responses::render_stream_error(message),
             Dialect::AnthropicMessages => anthropic_messages::render_stream_error(message),
             Dialect::BedrockInvoke => invoke::render_stream_error(message),
@@ -223,7 +239,9 @@ impl Dialect {
         body: &[u8],
     ) -> (String, String) {
         match self {
-            Dialect::OpenAiChat => openai_chat::parse_error(status, body),
+            Dialect::OpenAiChat | Dialect::OpenAiEmbeddings => {
+                openai_chat::parse_error(status, body)
+            }
             Dialect::OpenAiResponses => openai_responses::parse_error(status, body),
             Dialect::AnthropicMessages => anthropic_messages::parse_error(status, body),
             Dialect::BedrockInvoke | Dialect::BedrockConverse => {
@@ -244,7 +262,9 @@ impl Dialect {
     ) -> Option<sidetrack_resilience::ErrorClass> {
         use crate::error_class::{anthropic, bedrock, openai};
         match self {
-            Dialect::OpenAiChat | Dialect::OpenAiResponses => openai(status, body),
+            Dialect::OpenAiChat | Dialect::OpenAiResponses | Dialect::OpenAiEmbeddings => {
+                openai(status, body)
+            }
             Dialect::AnthropicMessages => anthropic(status, body),
             Dialect::BedrockInvoke | Dialect::BedrockConverse => bedrock(status, header_type, body),
         }
@@ -275,7 +295,9 @@ impl Dialect {
         message: &str,
     ) -> RenderedError {
         match self {
-            Dialect::OpenAiChat => openai_chat::render_upstream_error(status, error_type, message),
+            Dialect::OpenAiChat | Dialect::OpenAiEmbeddings => {
+                openai_chat::render_upstream_error(status, error_type, message)
+            }
             Dialect::OpenAiResponses => {
                 openai_responses::render_upstream_error(status, error_type, message)
             }
@@ -287,4 +309,9 @@ impl Dialect {
             }
         }
     }
+}
+
+/// Embeddings have no canonical (chat) form.
+fn not_chat() -> TranslateError {
+    TranslateError("an embeddings request is not a chat request".into())
 }

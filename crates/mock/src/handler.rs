@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 
 use crate::body::{self, MockBody};
 use crate::config::{Behaviour, Hostile};
-use crate::dialect::{percent_decode, Dialect, RenderContext};
+use crate::dialect::{embeddings, percent_decode, Dialect, RenderContext};
 use crate::engine::{self, MockError};
 use crate::state::Shared;
 
@@ -62,7 +62,16 @@ pub(crate) async fn handle(
     };
     let dialect = route.dialect;
 
-    let (facts, json) = match dialect.parse_request(&route, &body) {
+    let parsed = match dialect {
+        Dialect::Embeddings(api) => {
+            let model_id = route.model_id.as_deref().unwrap_or_default();
+            embeddings::parse(api, model_id, &body).map(|(f, j, r)| (f, j, Some(r)))
+        }
+        _ => dialect
+            .parse_request(&route, &body)
+            .map(|(f, j)| (f, j, None)),
+    };
+    let (facts, json, embed) = match parsed {
         Ok(parsed) => parsed,
         Err(error) => {
             ctx.model = route.model_id.unwrap_or_default();
@@ -111,6 +120,10 @@ pub(crate) async fn handle(
             );
             res
         }
+        (_, engine::Outcome::Success(success)) => match &embed {
+            Some(request) => embeddings::render_success(&ctx, success, request),
+            None => dialect.respond(&ctx, &decision.outcome, facts.stream),
+        },
         _ => dialect.respond(&ctx, &decision.outcome, facts.stream),
     };
     if let Some(v) = behaviour

@@ -202,7 +202,7 @@ fn explain(
     dialect: &str,
 ) -> ExitCode {
     if sidetrack_dialects_name_ok(dialect).is_none() {
-        return fail(INVALID, &format!("unknown dialect `{dialect}` (openai-chat, openai-responses, anthropic-messages, bedrock-invoke, bedrock-converse)"));
+        return fail(INVALID, &format!("unknown dialect `{dialect}` (openai-chat, openai-responses, anthropic-messages, bedrock-invoke, bedrock-converse, openai-embeddings)"));
     }
     let options = sidetrack_config::CheckOptions { offline };
     match sidetrack_config::check_file(file, rule, options) {
@@ -241,6 +241,7 @@ fn sidetrack_dialects_name_ok(d: &str) -> Option<()> {
         "anthropic-messages",
         "bedrock-invoke",
         "bedrock-converse",
+        "openai-embeddings",
     ]
     .contains(&d)
     .then_some(())

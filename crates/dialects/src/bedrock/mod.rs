@@ -58,6 +58,7 @@ pub fn parse_request(
         json_schema,
         estimated_prompt_tokens: (body.len() as u64) / 4,
         guardrail,
+        base64_embeddings: false,
     };
     Ok(ParsedRequest::with_path_model(
         dialect,

@@ -71,6 +71,8 @@ pub struct AttemptSpec<'a> {
     pub strip_usage: bool,
     /// The caller asked for usage in the stream (`ParsedRequest::stream_usage == Some(true)`).
     pub caller_usage: bool,
+    /// An embeddings caller asked for base64 vectors (a translated answer is written so).
+    pub base64_embeddings: bool,
 }
 
 /// A classified attempt: what policy needs — the outcome, and a 429/503's retry delay — is read
@@ -264,7 +266,11 @@ async fn classify(answered: Answered, started: Instant, spec: &AttemptSpec<'_>) 
             ));
         };
         let names = (spec.response_id, spec.model);
-        let answer = translate::whole_answer(parts, &raw, spec.upstream, spec.caller, names);
+        let answer = if spec.caller == Dialect::OpenAiEmbeddings {
+            translate::embeddings_answer(parts, &raw, spec.model, spec.base64_embeddings)
+        } else {
+            translate::whole_answer(parts, &raw, spec.upstream, spec.caller, names)
+        };
         return Ok(match answer {
             (response, None) => (Outcome::from_status(status), None, response, None),
             (bad, Some(why)) => (Outcome::Status(502), Some(why.into()), bad, None),

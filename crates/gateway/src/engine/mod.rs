@@ -772,6 +772,7 @@ async fn attempt_one(
                 bounds: input.bounds,
                 strip_usage,
                 caller_usage: input.request.stream_usage == Some(true),
+                base64_embeddings: input.request.features.base64_embeddings,
             },
         )
     }

@@ -19,6 +19,9 @@ pub fn request_body(
     req: &ParsedRequest,
     model: &str,
 ) -> Result<Bytes, TranslateError> {
+    if req.dialect == Dialect::OpenAiEmbeddings {
+        return sidetrack_dialects::openai_embeddings::request_body(format, req, model);
+    }
     if format == req.dialect {
         return Ok(match format {
             Dialect::BedrockInvoke | Dialect::BedrockConverse => req.body().clone(),
@@ -114,6 +117,33 @@ pub(super) fn whole_answer(
         Err(e) => {
             let message = format!("sidetrack could not translate the upstream answer: {e}");
             let response = bad_gateway(parts, caller, &message);
+            (response, Some("untranslatableResponse"))
+        }
+    }
+}
+
+/// A Bedrock embedding model's whole answer in OpenAI's embeddings shape (SPEC §12); the token
+/// count comes from the body (Titan) or Bedrock's `x-amzn-bedrock-input-token-count` (Cohere).
+/// When it does not parse, the gateway's 502 and why (`untranslatableResponse`).
+pub(super) fn embeddings_answer(
+    mut parts: Parts,
+    raw: &[u8],
+    model: &str,
+    base64: bool,
+) -> (Upstream, Option<&'static str>) {
+    use sidetrack_dialects::openai_embeddings;
+    let tokens = parts
+        .headers
+        .get("x-amzn-bedrock-input-token-count")
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    match openai_embeddings::bedrock_answer(raw, model, tokens, base64) {
+        Ok(body) => {
+            set_json(&mut parts);
+            (Upstream::Buffered { parts, body }, None)
+        }
+        Err(e) => {
+            let message = format!("sidetrack could not translate the upstream answer: {e}");
+            let response = bad_gateway(parts, Dialect::OpenAiEmbeddings, &message);
             (response, Some("untranslatableResponse"))
         }
     }

@@ -221,6 +221,7 @@ const DIALECTS: &[&str] = &[
     "anthropic-messages",
     "bedrock-invoke",
     "bedrock-converse",
+    "openai-embeddings",
 ];
 const REASONS: &[&str] = &[
     "servedByPrimary",

@@ -154,6 +154,10 @@ pub struct BuildError(pub String);
 pub fn format_for(kind: ProviderKind, caller: Dialect) -> Dialect {
     match (kind, caller) {
         (ProviderKind::OpenAi, Dialect::OpenAiResponses) => Dialect::OpenAiResponses,
+        // Embeddings (SPEC §12): OpenAI's own endpoint; Bedrock's embedding models through
+        // InvokeModel (Titan, Cohere); Anthropic has none (the request cannot be translated).
+        (ProviderKind::OpenAi, Dialect::OpenAiEmbeddings) => Dialect::OpenAiEmbeddings,
+        (ProviderKind::Bedrock, Dialect::OpenAiEmbeddings) => Dialect::BedrockInvoke,
         (ProviderKind::OpenAi, _) => Dialect::OpenAiChat,
         (ProviderKind::Anthropic, _) => Dialect::AnthropicMessages,
         (ProviderKind::Bedrock, Dialect::BedrockInvoke) => Dialect::BedrockInvoke,

@@ -9,11 +9,12 @@ use sidetrack_dialects::Dialect;
 use super::{post, BuildError, Outbound};
 
 /// The paths requests go to (their URIs are prepared once per target).
-pub const PATHS: &[&str] = &["/chat/completions", "/responses"];
+pub const PATHS: &[&str] = &["/chat/completions", "/responses", "/embeddings"];
 
 pub fn request(out: Outbound<'_>) -> Result<http::Request<Full<Bytes>>, BuildError> {
     let path = match out.format {
         Dialect::OpenAiResponses => PATHS[1],
+        Dialect::OpenAiEmbeddings => PATHS[2],
         _ => PATHS[0],
     };
     let (stream, credential) = (out.stream, out.endpoint.credential(out.target)?);

@@ -7,13 +7,15 @@ use sidetrack_dialects::Dialect;
 
 /// The literal data-plane paths and their dialects: `/v1/...`, and the same under AgentCore's
 /// `/inference` prefix.
-pub const DIALECT_PATHS: [(&str, Dialect); 6] = [
+pub const DIALECT_PATHS: [(&str, Dialect); 8] = [
     ("/v1/chat/completions", Dialect::OpenAiChat),
     ("/inference/v1/chat/completions", Dialect::OpenAiChat),
     ("/v1/responses", Dialect::OpenAiResponses),
     ("/inference/v1/responses", Dialect::OpenAiResponses),
     ("/v1/messages", Dialect::AnthropicMessages),
     ("/inference/v1/messages", Dialect::AnthropicMessages),
+    ("/v1/embeddings", Dialect::OpenAiEmbeddings),
+    ("/inference/v1/embeddings", Dialect::OpenAiEmbeddings),
 ];
 
 /// What a request path names on the data plane.

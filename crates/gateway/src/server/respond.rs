@@ -273,11 +273,20 @@ impl RequestCtx {
 
     /// Nothing on the route could be attempted (all ineligible or switched off): 503.
     fn no_destination(mut self, skipped: Vec<crate::observe::SkipRecord>, hint: Hint) -> Response {
-        let msg = "no destination of this route could be attempted (all ineligible or disabled)";
+        let mut msg: Cow<'static, str> =
+            "no destination of this route could be attempted (all ineligible or disabled)".into();
+        // When nothing could take the request as it is, say what (our own text, no prompt).
+        let untranslatable = |s: &crate::observe::SkipRecord| {
+            s.why == walk::Skip::Ineligible(walk::Ineligible::Translation) && s.detail.is_some()
+        };
+        if !skipped.is_empty() && skipped.iter().all(untranslatable) {
+            let detail = skipped[0].detail.as_deref().unwrap_or_default();
+            msg = format!("{msg}: {detail}").into();
+        }
         let mut resp = error_response(
             self.dialect,
             GatewayErrorKind::Unavailable,
-            msg,
+            &msg,
             Some(self.request_id.as_str()),
         );
         self.decorate(resp.headers_mut(), None, (0, 0), 503, hint);

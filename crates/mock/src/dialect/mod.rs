@@ -11,6 +11,7 @@
 
 pub mod anthropic;
 pub mod bedrock;
+pub mod embeddings;
 pub mod openai_chat;
 pub mod openai_responses;
 
@@ -63,6 +64,9 @@ pub enum Dialect {
     BedrockInvoke,
     /// `POST /model/{modelId}/converse` and `/converse-stream`.
     BedrockConverse,
+    /// `POST /v1/embeddings`, and `POST /model/{modelId}/invoke` for a Titan or Cohere embedding
+    /// model id (see [`embeddings`]).
+    Embeddings(embeddings::Api),
 }
 
 /// A dialect endpoint matched by method and raw path.
@@ -97,6 +101,7 @@ impl Dialect {
             "/v1/chat/completions" => plain(Self::OpenAiChat),
             "/v1/responses" => plain(Self::OpenAiResponses),
             "/v1/messages" => plain(Self::Anthropic),
+            "/v1/embeddings" => plain(Self::Embeddings(embeddings::Api::OpenAi)),
             _ => bedrock::route(raw_path),
         }
     }
@@ -116,6 +121,9 @@ impl Dialect {
             }
             Self::BedrockConverse => {
                 bedrock::converse::parse_request(model_id, route.path_stream, body)
+            }
+            Self::Embeddings(api) => {
+                embeddings::parse(api, model_id, body).map(|(facts, json, _)| (facts, json))
             }
         }
     }
@@ -142,14 +150,22 @@ impl Dialect {
             (Self::BedrockInvoke, false) => bedrock::invoke::render_success(ctx, success),
             (Self::BedrockConverse, true) => bedrock::converse::render_stream(ctx, success),
             (Self::BedrockConverse, false) => bedrock::converse::render_success(ctx, success),
+            // The vectors need the texts: the handler answers embeddings itself.
+            (Self::Embeddings(_), _) => openai_chat::render_success(ctx, success),
         }
     }
 
     pub fn render_error(self, ctx: &RenderContext, error: &MockError) -> Response<MockBody> {
         match self {
-            Self::OpenAiChat | Self::OpenAiResponses => openai_chat::render_error(ctx, error),
+            Self::OpenAiChat
+            | Self::OpenAiResponses
+            | Self::Embeddings(embeddings::Api::OpenAi) => openai_chat::render_error(ctx, error),
             Self::Anthropic => anthropic::render_error(ctx, error),
-            Self::BedrockInvoke | Self::BedrockConverse => bedrock::render_error(ctx, error),
+            Self::BedrockInvoke
+            | Self::BedrockConverse
+            | Self::Embeddings(embeddings::Api::Titan | embeddings::Api::Cohere) => {
+                bedrock::render_error(ctx, error)
+            }
         }
     }
 }

@@ -18,7 +18,7 @@ use crate::engine::{
     DEFAULT_STREAM_ERROR_TYPE,
 };
 
-const REQUEST_ID_HEADER: &str = "x-request-id";
+pub(crate) const REQUEST_ID_HEADER: &str = "x-request-id";
 const SERVICE_TIER: &str = "default";
 
 /// Reads `model`, `stream`, `stream_options.include_usage`, `tools` and the prompt length.

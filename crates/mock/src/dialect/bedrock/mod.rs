@@ -31,7 +31,10 @@ pub(crate) const EVENT_STREAM: &str = "application/vnd.amazon.eventstream";
 pub(crate) fn route(raw_path: &str) -> Option<Route> {
     let (raw_id, operation) = raw_path.strip_prefix("/model/")?.split_once('/')?;
     let (dialect, path_stream) = match operation {
-        "invoke" => (Dialect::BedrockInvoke, false),
+        "invoke" => match super::embeddings::bedrock_api(&percent_decode(raw_id)) {
+            Some(api) => (Dialect::Embeddings(api), false),
+            None => (Dialect::BedrockInvoke, false),
+        },
         "invoke-with-response-stream" => (Dialect::BedrockInvoke, true),
         "converse" => (Dialect::BedrockConverse, false),
         "converse-stream" => (Dialect::BedrockConverse, true),
