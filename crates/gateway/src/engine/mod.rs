@@ -321,7 +321,12 @@ impl<'a, 'p> Walker<'_, 'a, 'p> {
             tried[chosen.index] = true;
             let hedge_to = hop.policy.hedge.filter(|_| !is_last && !input.fallback_off);
             let run = match hedge_to {
-                Some(h) => hedge::race(self, (hop, chosen, kind), (&hops[pos + 1], h.after)).await,
+                // Boxed: the race holds two attempts, and unboxed it would double the size of
+                // every request's future, hedged or not (docs/decisions/0003-hot-path.md).
+                Some(h) => {
+                    let race = hedge::race(self, (hop, chosen, kind), (&hops[pos + 1], h.after));
+                    Box::pin(race).await
+                }
                 None => self.attempt(hop, chosen, kind).await,
             };
             let fired = match run {
