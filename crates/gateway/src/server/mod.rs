@@ -241,7 +241,7 @@ fn handle(
                 }
             };
         // SPEC §11: a guardrail asked for in headers is routed like one in the body.
-        parsed.note_guardrail_headers(parts.headers.keys().map(http::HeaderName::as_str));
+        parsed.note_guardrail_headers(asks.guardrail.into_iter());
         ctx.requested_model = Some(parsed.model.clone());
         ctx.streamed = parsed.stream;
         // access: the principal's allow-list, for every route (a pin is checked by its model part)
@@ -314,6 +314,8 @@ struct CallerAsks<'h> {
     stainless_timeout: Option<&'h str>,
     /// `x-sidetrack-fallback: off`
     fallback_off: bool,
+    /// An `X-Amzn-Bedrock-Guardrail*` header's name (SPEC §11 guardrails).
+    guardrail: Option<&'h str>,
 }
 
 impl<'h> CallerAsks<'h> {
@@ -326,6 +328,9 @@ impl<'h> CallerAsks<'h> {
                 "x-stainless-timeout" => asks.stainless_timeout = value.to_str().ok(),
                 "x-sidetrack-fallback" => {
                     asks.fallback_off = value.as_bytes().eq_ignore_ascii_case(b"off");
+                }
+                other if sidetrack_dialects::request::is_guardrail_header(other) => {
+                    asks.guardrail = Some(other);
                 }
                 _ => {}
             }

@@ -5,6 +5,8 @@
 //! the cost: the keys are constant text, strings that need no escaping are copied as they are,
 //! and the timestamp's date and time down to the second is formatted once per second.
 
+use sidetrack_resilience::retry::AttemptKind;
+
 use super::{AttemptRecord, RoutingRecord, SkipRecord};
 
 /// The writer thread's state between records: the formatted second of the last timestamp.
@@ -140,9 +142,12 @@ fn attempt(out: &mut Vec<u8>, a: &AttemptRecord) {
     string(out, &a.target);
     out.extend_from_slice(b",\"model\":");
     string(out, &a.model);
-    out.extend_from_slice(b",\"kind\":");
-    string(out, a.kind.as_str());
-    out.extend_from_slice(b",\"outcome\":");
+    // The kind's whole member at once: three constants, nothing to escape.
+    out.extend_from_slice(match a.kind {
+        AttemptKind::First => b",\"kind\":\"FIRST\",\"outcome\":",
+        AttemptKind::Retry => b",\"kind\":\"RETRY\",\"outcome\":",
+        AttemptKind::Hedge => b",\"kind\":\"HEDGE\",\"outcome\":",
+    });
     string(out, a.outcome.label());
     out.extend_from_slice(b",\"status\":");
     opt_uint(out, a.status.map(u64::from));
