@@ -152,6 +152,7 @@ pub async fn start(
         fell_back: AtomicU64::new(0),
         reload: options.reload,
         limiter,
+        idempotency: Default::default(),
     });
     warn_if_fds_run_out_first(shared.runtime.load().config.server.max_connections);
     let (tx, rx) = watch::channel(false);

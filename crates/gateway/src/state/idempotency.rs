@@ -1,0 +1,645 @@
+//! `Idempotency-Key` (SPEC §12): one answer per key and principal.
+//!
+//! A key's slot is either in flight — the first request (the *lead*) is running and records the
+//! answer it sends to its caller — or done, holding that answer until `idempotency.ttlMilliseconds`
+//! pass. A duplicate that finds the slot in flight *joins* it: it gets the lead's status and
+//! headers once they are known and the body from its first byte, following the lead live (a
+//! streamed duplicate gets the whole stream). A duplicate that finds it done gets the stored
+//! answer. A different body under the same key is refused (422). An answer that is not a success,
+//! is cut, or outgrows `idempotency.maxAnswerBytes` is not kept: the slot is freed, so the next
+//! duplicate really runs again (joined duplicates still get what the lead sent, or a cut body
+//! when the answer outgrew the bound). A lead that stops before it has an answer to send (its
+//! caller left, a rate limit) frees the slot, and one of its waiting duplicates leads instead.
+//!
+//! Bounds: `idempotency.maxEntries` keys and `idempotency.maxBytes` of stored answers per process,
+//! least recently used evicted first; a recording in flight holds at most `maxAnswerBytes`.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, StatusCode};
+use http_body::{Frame, SizeHint};
+use sha2::{Digest, Sha256};
+use sidetrack_config::Idempotency as Limits;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// The request header.
+pub const HEADER: &str = "idempotency-key";
+/// Set on every answer that was not produced for the request itself.
+pub static REPLAY_HEADER: http::HeaderName =
+    http::HeaderName::from_static("x-sidetrack-idempotent-replay");
+/// The longest key accepted (SPEC §12).
+pub const MAX_KEY_CHARS: usize = 255;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What the request does next.
+pub enum Begin {
+    /// No `Idempotency-Key`: nothing to do.
+    Untracked,
+    /// The key is not acceptable (empty, not visible ASCII, or over 255 characters): 400.
+    BadKey(&'static str),
+    /// The key was used with a different request: 422.
+    Mismatch,
+    /// Answer with this (a joined or a stored answer); the routing record says `idempotentReplay`.
+    Replay(Response),
+    /// This request runs; hand its response to [`Lead::capture`].
+    Lead(Lead),
+}
+
+/// The process's keys.
+#[derive(Default)]
+pub struct Idempotency {
+    inner: Arc<Mutex<Table>>,
+}
+
+type Key = (Arc<str>, Box<str>);
+
+#[derive(Default)]
+struct Table {
+    slots: hashbrown::HashMap<Key, Slot>,
+    /// Use order: tick → key (oldest first).
+    order: BTreeMap<u64, Key>,
+    tick: u64,
+    /// Bytes of the stored (done) answers.
+    bytes: usize,
+}
+
+struct Slot {
+    fingerprint: [u8; 32],
+    tick: u64,
+    state: SlotState,
+}
+
+enum SlotState {
+    InFlight(Arc<Flight>),
+    Done {
+        answer: Arc<Answer>,
+        expires: Instant,
+    },
+}
+
+/// An answer as its caller got it.
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    chunks: Vec<Bytes>,
+    len: usize,
+}
+
+/// A lead's answer while it is being sent.
+struct Flight {
+    rec: Mutex<Recording>,
+    changed: watch::Sender<()>,
+}
+
+#[derive(Default)]
+struct Recording {
+    head: Option<(StatusCode, HeaderMap)>,
+    chunks: Vec<Bytes>,
+    len: usize,
+    end: Option<End>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum End {
+    /// The whole body was sent.
+    Complete,
+    /// The body was cut, outgrew the bound, or the lead stopped before it had an answer.
+    Cut,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A request's key and its fingerprint.
+pub struct Keyed {
+    key: Box<str>,
+    fingerprint: [u8; 32],
+}
+
+/// The request's `Idempotency-Key` and fingerprint; `None` without the header (no work done),
+/// `Err` for a key that is empty, not visible ASCII or over 255 characters.
+pub fn fingerprint_of(
+    headers: &HeaderMap,
+    dialect: sidetrack_dialects::Dialect,
+    path: &str,
+    body: &[u8],
+) -> Option<Result<Keyed, &'static str>> {
+    let value = headers.get(HEADER)?;
+    Some(match value.to_str() {
+        Ok("") => Err("the Idempotency-Key header is empty"),
+        Ok(k) if k.len() > MAX_KEY_CHARS => {
+            Err("the Idempotency-Key header is longer than 255 characters")
+        }
+        Ok(k) => Ok(Keyed {
+            key: k.into(),
+            fingerprint: fingerprint(dialect.as_str(), path, body),
+        }),
+        Err(_) => Err("the Idempotency-Key header must be visible ASCII characters"),
+    })
+}
+
+/// The request's fingerprint: the dialect, the path and the body bytes (SPEC §12).
+pub fn fingerprint(dialect: &str, path: &str, body: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(dialect.as_bytes());
+    h.update([0]);
+    h.update(path.as_bytes());
+    h.update([0]);
+    h.update(body);
+    h.finalize().into()
+}
+
+impl Idempotency {
+    /// Looks the request's key up (when it has one) and decides: replay, join, lead or refuse.
+    /// Waits while the key's lead has not sent its head yet.
+    /// `fingerprint`: from [`fingerprint_of`].
+    pub async fn begin(
+        &self,
+        principal: &Arc<str>,
+        fingerprint: Option<Result<Keyed, &'static str>>,
+        limits: &Limits,
+    ) -> Begin {
+        let (key, fp) = match fingerprint {
+            None => return Begin::Untracked,
+            Some(Err(why)) => return Begin::BadKey(why),
+            Some(Ok(Keyed { key, fingerprint })) => (key, fingerprint),
+        };
+        let key = &*key;
+        loop {
+            let flight = match self.enter(principal, key, fp, limits) {
+                Entered::Lead(lead) => return Begin::Lead(lead),
+                Entered::Mismatch => return Begin::Mismatch,
+                Entered::Stored(answer) => return Begin::Replay(replay_stored(&answer)),
+                Entered::Join(flight) => flight,
+            };
+            if let Some(resp) = join(flight).await {
+                return Begin::Replay(resp);
+            }
+            // The lead stopped before it had an answer: try again (and perhaps lead).
+        }
+    }
+
+    fn enter(&self, principal: &Arc<str>, key: &str, fp: [u8; 32], limits: &Limits) -> Entered {
+        let mut t = lock(&self.inner);
+        let t = &mut *t;
+        let k: Key = (principal.clone(), key.into());
+        t.tick += 1;
+        let tick = t.tick;
+        if let Some(slot) = t.slots.get_mut(&k) {
+            let live = match &slot.state {
+                SlotState::InFlight(_) => true,
+                SlotState::Done { expires, .. } => *expires > Instant::now(),
+            };
+            if live {
+                if slot.fingerprint != fp {
+                    return Entered::Mismatch;
+                }
+                t.order.remove(&slot.tick);
+                slot.tick = tick;
+                t.order.insert(tick, k);
+                return match &slot.state {
+                    SlotState::InFlight(f) => Entered::Join(f.clone()),
+                    SlotState::Done { answer, .. } => Entered::Stored(answer.clone()),
+                };
+            }
+            t.remove(&k);
+        }
+        let (changed, _) = watch::channel(());
+        let flight = Arc::new(Flight {
+            rec: Mutex::default(),
+            changed,
+        });
+        t.slots.insert(
+            k.clone(),
+            Slot {
+                fingerprint: fp,
+                tick,
+                state: SlotState::InFlight(flight.clone()),
+            },
+        );
+        t.order.insert(tick, k.clone());
+        t.evict(limits);
+        Entered::Lead(Lead {
+            table: self.inner.clone(),
+            key: k,
+            flight,
+            max_answer_bytes: limits.max_answer_bytes,
+            max_bytes: limits.max_bytes,
+            max_entries: limits.max_entries,
+            ttl: limits.ttl,
+            done: false,
+        })
+    }
+
+    /// Keys held (in flight and stored), for tests.
+    pub fn len(&self) -> usize {
+        lock(&self.inner).slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+enum Entered {
+    Lead(Lead),
+    Join(Arc<Flight>),
+    Stored(Arc<Answer>),
+    Mismatch,
+}
+
+impl Table {
+    fn remove(&mut self, k: &Key) {
+        if let Some(slot) = self.slots.remove(k) {
+            self.order.remove(&slot.tick);
+            if let SlotState::Done { answer, .. } = slot.state {
+                self.bytes -= answer.len;
+            }
+        }
+    }
+
+    /// Frees the slot of `k` if it is still `flight`'s.
+    fn release(&mut self, k: &Key, flight: &Arc<Flight>) {
+        let ours = self
+            .slots
+            .get(k)
+            .is_some_and(|s| matches!(&s.state, SlotState::InFlight(f) if Arc::ptr_eq(f, flight)));
+        if ours {
+            self.remove(k);
+        }
+    }
+
+    /// Least recently used keys go until both bounds hold.
+    fn evict(&mut self, limits: &Limits) {
+        while self.slots.len() > limits.max_entries || self.bytes > limits.max_bytes {
+            let Some((_, k)) = self.order.pop_first() else {
+                break;
+            };
+            if let Some(slot) = self.slots.remove(&k) {
+                if let SlotState::Done { answer, .. } = slot.state {
+                    self.bytes -= answer.len;
+                }
+            }
+        }
+    }
+}
+
+/// The request that runs for its key. Dropped without [`Lead::capture`] (the request stopped
+/// before it had an answer), it frees the key and wakes the waiting duplicates.
+pub struct Lead {
+    table: Arc<Mutex<Table>>,
+    key: Key,
+    flight: Arc<Flight>,
+    max_answer_bytes: usize,
+    max_bytes: usize,
+    max_entries: usize,
+    ttl: std::time::Duration,
+    /// The answer ended (recorded and stored, or dropped): nothing left for `Drop`.
+    done: bool,
+}
+
+impl Lead {
+    /// Records `resp` as it goes to the caller: its head now, its body as the caller reads it.
+    /// A failure frees the key at once (a retry really retries).
+    pub fn capture(self, resp: Response) -> Response {
+        let (parts, body) = resp.into_parts();
+        {
+            let mut rec = lock(&self.flight.rec);
+            rec.head = Some((parts.status, parts.headers.clone()));
+        }
+        if !parts.status.is_success() {
+            lock(&self.table).release(&self.key, &self.flight);
+        }
+        self.flight.changed.send_replace(());
+        Response::from_parts(
+            parts,
+            Body::new(Tee {
+                inner: body,
+                lead: self,
+            }),
+        )
+    }
+
+    fn push(&mut self, data: &Bytes) -> bool {
+        let mut rec = lock(&self.flight.rec);
+        if rec.len + data.len() > self.max_answer_bytes {
+            return false;
+        }
+        rec.len += data.len();
+        rec.chunks.push(data.clone());
+        drop(rec);
+        self.flight.changed.send_replace(());
+        true
+    }
+
+    fn end(&mut self, end: End) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        let answer = {
+            let mut rec = lock(&self.flight.rec);
+            rec.end = Some(end);
+            match (&rec.head, end) {
+                (Some((status, headers)), End::Complete) if status.is_success() => Some(Answer {
+                    status: *status,
+                    headers: headers.clone(),
+                    chunks: rec.chunks.clone(),
+                    len: rec.len,
+                }),
+                _ => None,
+            }
+        };
+        {
+            let mut t = lock(&self.table);
+            match answer {
+                Some(answer) if answer.len <= self.max_bytes => {
+                    if let Some(slot) = t.slots.get_mut(&self.key) {
+                        let ours = matches!(&slot.state, SlotState::InFlight(f) if Arc::ptr_eq(f, &self.flight));
+                        if ours {
+                            let len = answer.len;
+                            slot.state = SlotState::Done {
+                                answer: Arc::new(answer),
+                                expires: Instant::now() + self.ttl,
+                            };
+                            t.bytes += len;
+                            let limits = Limits {
+                                ttl: self.ttl,
+                                max_entries: self.max_entries,
+                                max_answer_bytes: self.max_answer_bytes,
+                                max_bytes: self.max_bytes,
+                            };
+                            t.evict(&limits);
+                        }
+                    }
+                }
+                _ => t.release(&self.key, &self.flight),
+            }
+        }
+        self.flight.changed.send_replace(());
+    }
+}
+
+impl Lead {
+    /// [`Lead::capture`] when there is a lead; `resp` as it is otherwise.
+    pub fn capture_opt(lead: Option<Lead>, resp: Response) -> Response {
+        match lead {
+            Some(lead) => lead.capture(resp),
+            None => resp,
+        }
+    }
+}
+
+impl crate::server::RequestCtx {
+    /// Answers a duplicate, or refuses its key (400 bad key, 422 reused with a different request).
+    pub fn idempotent(self, begin: Begin) -> Response {
+        use sidetrack_dialects::GatewayErrorKind;
+        match begin {
+            Begin::Replay(resp) => self.replayed(resp),
+            Begin::BadKey(why) => {
+                self.reject(GatewayErrorKind::InvalidRequest, why, "idempotencyKey")
+            }
+            Begin::Mismatch => self.reject(
+                GatewayErrorKind::Unprocessable,
+                "this Idempotency-Key was used with a different request",
+                "idempotencyKeyReused",
+            ),
+            // Not called with these; answered as a plain 400 rather than panicking.
+            Begin::Untracked | Begin::Lead(_) => self.reject(
+                GatewayErrorKind::InvalidRequest,
+                "idempotency: nothing to answer",
+                "idempotencyKey",
+            ),
+        }
+    }
+}
+
+impl Drop for Lead {
+    fn drop(&mut self) {
+        self.end(End::Cut);
+    }
+}
+
+/// The lead's body on its way to its caller, recorded for the duplicates.
+struct Tee {
+    inner: Body,
+    lead: Lead,
+}
+
+impl http_body::Body for Tee {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(None) => {
+                this.lead.end(End::Complete);
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.lead.end(End::Cut);
+                Poll::Ready(Some(Err(e.into())))
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    if !this.lead.done && !this.lead.push(data) {
+                        // Too large to keep: not stored, and the duplicates following it are cut.
+                        this.lead.end(End::Cut);
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Waits for the lead's head; `None` when the lead stopped before it had one.
+async fn join(flight: Arc<Flight>) -> Option<Response> {
+    let mut rx = flight.changed.subscribe();
+    loop {
+        {
+            let rec = lock(&flight.rec);
+            if let Some((status, headers)) = &rec.head {
+                let (status, headers) = (*status, headers.clone());
+                drop(rec);
+                return Some(replayed(status, headers, follow(flight)));
+            }
+            if rec.end.is_some() {
+                return None;
+            }
+        }
+        if rx.changed().await.is_err() {
+            return None;
+        }
+    }
+}
+
+/// The lead's body from its first byte, then live until it ends.
+fn follow(flight: Arc<Flight>) -> Body {
+    let rx = flight.changed.subscribe();
+    let chunks =
+        futures_util::stream::unfold((flight, rx, 0usize), |(flight, mut rx, next)| async move {
+            loop {
+                let (chunk, end) = {
+                    let rec = lock(&flight.rec);
+                    (rec.chunks.get(next).cloned(), rec.end)
+                };
+                if let Some(c) = chunk {
+                    return Some((Ok::<_, BoxError>(c), (flight, rx, next + 1)));
+                }
+                match end {
+                    Some(End::Complete) => return None,
+                    Some(End::Cut) => {
+                        let cut: BoxError = "the answer being joined was cut".into();
+                        return Some((Err(cut), (flight, rx, usize::MAX)));
+                    }
+                    None => {}
+                }
+                if next == usize::MAX || rx.changed().await.is_err() {
+                    return None;
+                }
+            }
+        });
+    Body::from_stream(chunks)
+}
+
+fn replay_stored(answer: &Arc<Answer>) -> Response {
+    let body = match answer.chunks.as_slice() {
+        [] => Body::empty(),
+        [one] => Body::from(one.clone()),
+        many => {
+            let many: Vec<Result<Bytes, BoxError>> = many.iter().cloned().map(Ok).collect();
+            Body::from_stream(futures_util::stream::iter(many))
+        }
+    };
+    replayed(answer.status, answer.headers.clone(), body)
+}
+
+fn replayed(status: StatusCode, mut headers: HeaderMap, body: Body) -> Response {
+    headers.insert(REPLAY_HEADER.clone(), HeaderValue::from_static("true"));
+    let mut resp = Response::new(body);
+    *resp.status_mut() = status;
+    *resp.headers_mut() = headers;
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use http_body_util::BodyExt;
+
+    fn keyed(key: &str, body: &[u8]) -> Option<Result<Keyed, &'static str>> {
+        let mut h = HeaderMap::new();
+        h.insert(HEADER, key.parse().unwrap());
+        fingerprint_of(
+            &h,
+            sidetrack_dialects::Dialect::OpenAiChat,
+            "/v1/chat/completions",
+            body,
+        )
+    }
+
+    async fn begin(store: &Idempotency, key: &str, body: &[u8]) -> Begin {
+        let principal: Arc<str> = "p".into();
+        store
+            .begin(&principal, keyed(key, body), &Limits::default())
+            .await
+    }
+
+    fn ok(body: &'static str) -> Response {
+        Response::new(Body::from(body))
+    }
+
+    async fn text(resp: Response) -> String {
+        let b = resp.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(b.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_success_is_replayed_and_a_different_body_is_refused() {
+        let store = Idempotency::default();
+        let Begin::Lead(lead) = begin(&store, "k", b"a").await else {
+            panic!("first is the lead")
+        };
+        assert_eq!(text(lead.capture(ok("answer"))).await, "answer");
+        let Begin::Replay(r) = begin(&store, "k", b"a").await else {
+            panic!("replay")
+        };
+        assert_eq!(r.headers()[&REPLAY_HEADER], "true");
+        assert_eq!(text(r).await, "answer");
+        assert!(matches!(begin(&store, "k", b"b").await, Begin::Mismatch));
+    }
+
+    #[tokio::test]
+    async fn a_failure_frees_the_key_and_a_dropped_lead_hands_over() {
+        let store = Idempotency::default();
+        let Begin::Lead(lead) = begin(&store, "k", b"a").await else {
+            panic!()
+        };
+        let mut failed = ok("nope");
+        *failed.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        let _ = text(lead.capture(failed)).await;
+        assert!(store.is_empty());
+        let Begin::Lead(lead) = begin(&store, "k", b"a").await else {
+            panic!("a failed key runs again")
+        };
+        drop(lead);
+        assert!(matches!(begin(&store, "k", b"a").await, Begin::Lead(_)));
+    }
+
+    #[tokio::test]
+    async fn keys_are_bounded_least_recently_used_first() {
+        let store = Idempotency::default();
+        let limits = Limits {
+            max_entries: 2,
+            ..Limits::default()
+        };
+        let principal: Arc<str> = "p".into();
+        for k in ["a", "b", "c"] {
+            let Begin::Lead(lead) = store.begin(&principal, keyed(k, b""), &limits).await else {
+                panic!()
+            };
+            let _ = text(lead.capture(ok("x"))).await;
+        }
+        assert_eq!(store.len(), 2);
+        let again = store.begin(&principal, keyed("a", b""), &limits).await;
+        assert!(matches!(again, Begin::Lead(_)), "the oldest key went");
+    }
+
+    #[tokio::test]
+    async fn an_answer_over_the_bound_is_not_stored() {
+        let store = Idempotency::default();
+        let limits = Limits {
+            max_answer_bytes: 4,
+            ..Limits::default()
+        };
+        let principal: Arc<str> = "p".into();
+        let Begin::Lead(lead) = store.begin(&principal, keyed("k", b""), &limits).await else {
+            panic!()
+        };
+        assert_eq!(text(lead.capture(ok("too long"))).await, "too long");
+        assert!(store.is_empty());
+    }
+}
