@@ -320,13 +320,14 @@ impl Lead {
             lock(&self.table).release(&self.key, &self.flight);
         }
         self.flight.changed.send_replace(());
-        Response::from_parts(
-            parts,
-            Body::new(Tee {
-                inner: body,
-                lead: self,
-            }),
-        )
+        let length = http_body::Body::size_hint(&body).exact();
+        let tee = Tee {
+            inner: body,
+            lead: self,
+            length,
+            sent: 0,
+        };
+        Response::from_parts(parts, Body::new(tee))
     }
 
     fn push(&mut self, data: &Bytes) -> bool {
@@ -432,6 +433,16 @@ impl Drop for Lead {
 struct Tee {
     inner: Body,
     lead: Lead,
+    /// The body's length when known up front, and the bytes sent so far.
+    length: Option<u64>,
+    sent: u64,
+}
+
+impl Tee {
+    /// All of it was sent: the server does not poll a body of known length past its last byte.
+    fn whole(&self) -> bool {
+        http_body::Body::is_end_stream(&self.inner) || self.length == Some(self.sent)
+    }
 }
 
 impl http_body::Body for Tee {
@@ -455,10 +466,14 @@ impl http_body::Body for Tee {
             }
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
+                    this.sent += data.len() as u64;
                     if !this.lead.done && !this.lead.push(data) {
                         // Too large to keep: not stored, and the duplicates following it are cut.
                         this.lead.end(End::Cut);
                     }
+                }
+                if this.whole() {
+                    this.lead.end(End::Complete);
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
@@ -471,6 +486,18 @@ impl http_body::Body for Tee {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+impl Drop for Tee {
+    fn drop(&mut self) {
+        // Dropped by the server once the last byte is written, or when the caller went away.
+        let end = if self.whole() {
+            End::Complete
+        } else {
+            End::Cut
+        };
+        self.lead.end(end);
     }
 }
 
