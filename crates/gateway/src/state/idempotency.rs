@@ -632,7 +632,86 @@ mod tests {
         let Begin::Lead(lead) = begin(&store, "k", b"a").await else {
             panic!("a failed key runs again")
         };
+        // A lead that stops before it has an answer hands the key to a waiting duplicate.
+        let store = Arc::new(store);
+        let waiting = {
+            let store = store.clone();
+            tokio::spawn(async move { begin(&store, "k", b"a").await })
+        };
+        tokio::task::yield_now().await;
         drop(lead);
+        assert!(matches!(waiting.await.unwrap(), Begin::Lead(_)));
+    }
+
+    /// A body fed by hand: each `send` is one frame; dropping the sender ends it (`cut`: with an
+    /// error).
+    fn channel() -> (
+        tokio::sync::mpsc::UnboundedSender<Result<Bytes, BoxError>>,
+        Body,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        });
+        (tx, Body::from_stream(stream))
+    }
+
+    #[tokio::test]
+    async fn a_joined_duplicate_gets_the_body_from_its_first_byte_then_follows_live() {
+        let store = Arc::new(Idempotency::default());
+        let Begin::Lead(lead) = begin(&store, "k", b"a").await else {
+            panic!()
+        };
+        // A duplicate waits while the lead has no head yet.
+        let waiting = {
+            let store = store.clone();
+            tokio::spawn(async move { begin(&store, "k", b"a").await })
+        };
+        let (tx, body) = channel();
+        let mut sent = lead.capture(Response::new(body)).into_body();
+        tx.send(Ok(Bytes::from_static(b"one "))).unwrap();
+        assert_eq!(
+            sent.frame().await.unwrap().unwrap().into_data().unwrap(),
+            "one "
+        );
+        let Begin::Replay(joined) = waiting.await.unwrap() else {
+            panic!("joined")
+        };
+        let Begin::Replay(late) = begin(&store, "k", b"a").await else {
+            panic!("a later duplicate joins too")
+        };
+        let joined = tokio::spawn(text(joined));
+        let late = tokio::spawn(text(late));
+        tx.send(Ok(Bytes::from_static(b"two"))).unwrap();
+        drop(tx);
+        assert_eq!(text(Response::new(sent)).await, "two");
+        assert_eq!(joined.await.unwrap(), "one two");
+        assert_eq!(late.await.unwrap(), "one two");
+        assert!(
+            matches!(begin(&store, "k", b"a").await, Begin::Replay(_)),
+            "stored"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cut_answer_cuts_its_joined_duplicates_and_is_not_stored() {
+        let store = Idempotency::default();
+        let Begin::Lead(lead) = begin(&store, "k", b"a").await else {
+            panic!()
+        };
+        let (tx, body) = channel();
+        let sent = lead.capture(Response::new(body));
+        let Begin::Replay(joined) = begin(&store, "k", b"a").await else {
+            panic!()
+        };
+        tx.send(Ok(Bytes::from_static(b"half"))).unwrap();
+        tx.send(Err("upstream lost".into())).unwrap();
+        assert!(sent.into_body().collect().await.is_err());
+        assert!(
+            joined.into_body().collect().await.is_err(),
+            "the duplicate is cut too"
+        );
+        assert!(store.is_empty());
         assert!(matches!(begin(&store, "k", b"a").await, Begin::Lead(_)));
     }
 
