@@ -281,3 +281,205 @@ async fn keys_belong_to_their_principal() {
     assert_ne!(a.body, b.body, "team-b's answer is its own");
     assert_eq!(env.hits("m-a"), 2, "two principals, two upstream calls");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Across replicas, through a real redis-server (`SIDETRACK_REDIS_SERVER`)
+// ---------------------------------------------------------------------------------------------
+
+/// A throwaway `redis-server` on a free loopback port.
+struct Redis {
+    port: u16,
+    child: std::process::Child,
+}
+
+impl Redis {
+    fn start() -> Redis {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let bin = std::env::var("SIDETRACK_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let child = std::process::Command::new(&bin)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {bin} ({e})"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "redis-server did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Redis { port, child }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn shared_config(redis: &Redis) -> String {
+    format!(
+        "state:\n  redis: {{ url: \"{}\", keyPrefix: \"idem{}:\" }}\n{CONFIG}",
+        redis.url(),
+        std::process::id()
+    )
+}
+
+/// A second gateway (another replica) on the same mock and config.
+async fn replica(
+    env: &Env,
+    yaml: &str,
+) -> (
+    sidetrack_gateway::GatewayHandle,
+    sidetrack_gateway::RoutingLog,
+) {
+    let log = sidetrack_gateway::RoutingLog::memory();
+    let src = yaml.replace("${MOCK}", &env.mock.base_url());
+    let cfg = sidetrack_config::load_str(&src, "replica.yaml").unwrap();
+    let options = sidetrack_gateway::GatewayOptions {
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        admin: Some("127.0.0.1:0".parse().unwrap()),
+        clock: sidetrack_gateway::Clock::real(),
+        seed: Some(11),
+        reload: None,
+    };
+    let gw = sidetrack_gateway::start(cfg, log.clone(), options)
+        .await
+        .unwrap();
+    (gw, log)
+}
+
+async fn post_to(base: &str, idem: &str, body: serde_json::Value) -> (u16, Option<String>, String) {
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let req = http::Request::post(format!("{base}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .header("authorization", "Bearer key-a")
+        .header("idempotency-key", idem)
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let replay = resp
+        .headers()
+        .get("x-sidetrack-idempotent-replay")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, replay, String::from_utf8(body.to_vec()).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_duplicates_split_over_two_replicas_make_one_upstream_call() {
+    let redis = Redis::start();
+    let yaml = shared_config(&redis);
+    let env = start(
+        &yaml,
+        behaviours(&[
+            ("m-slow", slow(400)),
+            (
+                "m-down",
+                Behaviour {
+                    status: Some(503),
+                    first_byte_delay_milliseconds: Some(400),
+                    ..Behaviour::default()
+                },
+            ),
+        ]),
+    )
+    .await;
+    let (b, b_log) = replica(&env, &yaml).await;
+    let (a_url, b_url) = (env.gw.base_url(), b.base_url());
+
+    // 20 duplicates, alternating between the replicas, all while the first is in flight.
+    let calls = (0..20).map(|i| {
+        let base = if i % 2 == 0 {
+            a_url.clone()
+        } else {
+            b_url.clone()
+        };
+        tokio::spawn(async move { post_to(&base, "cross-1", body("m-slow", false, "hi")).await })
+    });
+    let replies: Vec<_> = join_all(calls)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        env.hits("m-slow"),
+        1,
+        "one upstream call across both replicas"
+    );
+    for (status, _, body) in &replies {
+        assert_eq!(*status, 200, "{body}");
+        assert_eq!(body, &replies[0].2, "every duplicate gets the same bytes");
+    }
+    assert_eq!(
+        replies.iter().filter(|r| r.1.is_none()).count(),
+        1,
+        "one answer was made, 19 replayed"
+    );
+    // Later, on the replica that did not lead: the stored answer, no new call.
+    let later = post_to(&b_url, "cross-1", body("m-slow", false, "hi")).await;
+    assert_eq!(later.1.as_deref(), Some("true"));
+    assert_eq!(later.2, replies[0].2);
+    // A different body under the key, on either replica: 422.
+    assert_eq!(
+        post_to(&a_url, "cross-1", body("m-slow", false, "other"))
+            .await
+            .0,
+        422
+    );
+    assert_eq!(
+        post_to(&b_url, "cross-1", body("m-slow", false, "other"))
+            .await
+            .0,
+        422
+    );
+    assert_eq!(env.hits("m-slow"), 1);
+    assert!(
+        b_log
+            .wait_for(1, std::time::Duration::from_secs(5))
+            .await
+            .len()
+            >= 1
+    );
+
+    // A failure on one replica: the duplicates waiting on the other get it too, and nothing is
+    // stored — the next duplicate calls upstream again.
+    let calls = (0..6).map(|i| {
+        let base = if i % 2 == 0 {
+            a_url.clone()
+        } else {
+            b_url.clone()
+        };
+        tokio::spawn(async move { post_to(&base, "cross-2", body("m-down", false, "hi")).await })
+    });
+    let replies: Vec<_> = join_all(calls)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let first_calls = env.hits("m-down");
+    assert!(replies.iter().all(|r| r.0 == 503));
+    assert_eq!(
+        replies.iter().filter(|r| r.1.is_none()).count(),
+        1,
+        "one request walked; the others got its failure"
+    );
+    let again = post_to(&b_url, "cross-2", body("m-down", false, "hi")).await;
+    assert_eq!(again.0, 503);
+    assert!(again.1.is_none(), "a failure is not replayed");
+    assert!(env.hits("m-down") > first_calls);
+}

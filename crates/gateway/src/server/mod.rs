@@ -251,16 +251,20 @@ fn handle(
         if let Err(r) = authorize(&principal, &rt.config, &parsed.model) {
             return ctx.refuse(r);
         }
-        // idempotency (SPEC §12): a duplicate is answered here; the first of its key runs
-        let idem = &rt.config.idempotency;
-        let lead = match shared
-            .idempotency
-            .begin(&principal.name, fingerprint, idem)
-            .await
-        {
-            idem::Begin::Untracked => None,
-            idem::Begin::Lead(lead) => Some(lead),
-            other => return ctx.idempotent(other),
+        // idempotency (SPEC §12): a duplicate is answered here; the first of its key runs.
+        // Boxed: only keyed requests pay for the (Redis-sized) future.
+        let lead = match fingerprint {
+            None => None,
+            Some(keyed) => {
+                let idem = &rt.config.idempotency;
+                let begin = shared
+                    .idempotency
+                    .begin(&principal.name, keyed, idem, deadline);
+                match Box::pin(begin).await {
+                    idem::Begin::Lead(lead) => Some(lead),
+                    other => return ctx.idempotent(other),
+                }
+            }
         };
 
         // admit (gateway rate limits): before any route is walked, so a refusal costs no upstream call

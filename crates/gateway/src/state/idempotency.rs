@@ -29,6 +29,8 @@ use sidetrack_config::Idempotency as Limits;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::state::redis::RedisState;
+
 /// The request header.
 pub const HEADER: &str = "idempotency-key";
 /// Set on every answer that was not produced for the request itself.
@@ -41,8 +43,6 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What the request does next.
 pub enum Begin {
-    /// No `Idempotency-Key`: nothing to do.
-    Untracked,
     /// The key is not acceptable (empty, not visible ASCII, or over 255 characters): 400.
     BadKey(&'static str),
     /// The key was used with a different request: 422.
@@ -53,10 +53,11 @@ pub enum Begin {
     Lead(Lead),
 }
 
-/// The process's keys.
+/// The process's keys, and — with `state.redis` — the replicas' (see [`remote`]).
 #[derive(Default)]
 pub struct Idempotency {
     inner: Arc<Mutex<Table>>,
+    store: Option<Arc<RedisState>>,
 }
 
 type Key = (Arc<str>, Box<str>);
@@ -159,24 +160,36 @@ pub fn fingerprint(dialect: &str, path: &str, body: &[u8]) -> [u8; 32] {
 }
 
 impl Idempotency {
+    pub fn new(store: Option<Arc<RedisState>>) -> Idempotency {
+        Idempotency {
+            inner: Arc::default(),
+            store,
+        }
+    }
+
     /// Looks the request's key up (when it has one) and decides: replay, join, lead or refuse.
     /// Waits while the key's lead has not sent its head yet.
     /// `fingerprint`: from [`fingerprint_of`].
     pub async fn begin(
         &self,
         principal: &Arc<str>,
-        fingerprint: Option<Result<Keyed, &'static str>>,
+        fingerprint: Result<Keyed, &'static str>,
         limits: &Limits,
+        deadline: Instant,
     ) -> Begin {
         let (key, fp) = match fingerprint {
-            None => return Begin::Untracked,
-            Some(Err(why)) => return Begin::BadKey(why),
-            Some(Ok(Keyed { key, fingerprint })) => (key, fingerprint),
+            Err(why) => return Begin::BadKey(why),
+            Ok(Keyed { key, fingerprint }) => (key, fingerprint),
         };
         let key = &*key;
         loop {
             let flight = match self.enter(principal, key, fp, limits) {
-                Entered::Lead(lead) => return Begin::Lead(lead),
+                Entered::Lead(lead) => match &self.store {
+                    Some(store) if store.is_up() => {
+                        return remote::lead(store, lead, principal, key, fp, deadline).await
+                    }
+                    _ => return Begin::Lead(lead),
+                },
                 Entered::Mismatch => return Begin::Mismatch,
                 Entered::Stored(answer) => return Begin::Replay(replay_stored(&answer)),
                 Entered::Join(flight) => flight,
@@ -237,6 +250,7 @@ impl Idempotency {
             max_entries: limits.max_entries,
             ttl: limits.ttl,
             done: false,
+            remote: None,
         })
     }
 
@@ -305,6 +319,8 @@ pub struct Lead {
     ttl: std::time::Duration,
     /// The answer ended (recorded and stored, or dropped): nothing left for `Drop`.
     done: bool,
+    /// This lead holds the key's in-flight marker in Redis too.
+    remote: Option<remote::Claim>,
 }
 
 impl Lead {
@@ -349,6 +365,9 @@ impl Lead {
         let answer = {
             let mut rec = lock(&self.flight.rec);
             rec.end = Some(end);
+            if let Some(claim) = self.remote.take() {
+                claim.settle(&rec, end, self.max_answer_bytes, self.ttl);
+            }
             match (&rec.head, end) {
                 (Some((status, headers)), End::Complete) if status.is_success() => Some(Answer {
                     status: *status,
@@ -414,7 +433,7 @@ impl crate::server::RequestCtx {
                 "idempotencyKeyReused",
             ),
             // Not called with these; answered as a plain 400 rather than panicking.
-            Begin::Untracked | Begin::Lead(_) => self.reject(
+            Begin::Lead(_) => self.reject(
                 GatewayErrorKind::InvalidRequest,
                 "idempotency: nothing to answer",
                 "idempotencyKey",
@@ -577,22 +596,22 @@ mod tests {
     use super::*;
     use http_body_util::BodyExt;
 
-    fn keyed(key: &str, body: &[u8]) -> Option<Result<Keyed, &'static str>> {
+    fn keyed(key: &str, body: &[u8]) -> Result<Keyed, &'static str> {
         let mut h = HeaderMap::new();
         h.insert(HEADER, key.parse().unwrap());
-        fingerprint_of(
-            &h,
-            sidetrack_dialects::Dialect::OpenAiChat,
-            "/v1/chat/completions",
-            body,
-        )
+        let dialect = sidetrack_dialects::Dialect::OpenAiChat;
+        fingerprint_of(&h, dialect, "/v1/chat/completions", body).unwrap()
     }
 
     async fn begin(store: &Idempotency, key: &str, body: &[u8]) -> Begin {
         let principal: Arc<str> = "p".into();
         store
-            .begin(&principal, keyed(key, body), &Limits::default())
+            .begin(&principal, keyed(key, body), &Limits::default(), later())
             .await
+    }
+
+    fn later() -> Instant {
+        Instant::now() + std::time::Duration::from_secs(60)
     }
 
     fn ok(body: &'static str) -> Response {
@@ -724,13 +743,18 @@ mod tests {
         };
         let principal: Arc<str> = "p".into();
         for k in ["a", "b", "c"] {
-            let Begin::Lead(lead) = store.begin(&principal, keyed(k, b""), &limits).await else {
+            let Begin::Lead(lead) = store
+                .begin(&principal, keyed(k, b""), &limits, later())
+                .await
+            else {
                 panic!()
             };
             let _ = text(lead.capture(ok("x"))).await;
         }
         assert_eq!(store.len(), 2);
-        let again = store.begin(&principal, keyed("a", b""), &limits).await;
+        let again = store
+            .begin(&principal, keyed("a", b""), &limits, later())
+            .await;
         assert!(matches!(again, Begin::Lead(_)), "the oldest key went");
     }
 
@@ -742,10 +766,345 @@ mod tests {
             ..Limits::default()
         };
         let principal: Arc<str> = "p".into();
-        let Begin::Lead(lead) = store.begin(&principal, keyed("k", b""), &limits).await else {
+        let Begin::Lead(lead) = store
+            .begin(&principal, keyed("k", b""), &limits, later())
+            .await
+        else {
             panic!()
         };
         assert_eq!(text(lead.capture(ok("too long"))).await, "too long");
         assert!(store.is_empty());
     }
+}
+
+/// Across replicas (SPEC §12, `state.redis`): the first replica to `SET NX PX` the key's in-flight
+/// marker leads; its lease (`LEASE`) is renewed while it runs, so a crashed replica's key frees
+/// itself. When it ends, a success replaces the marker with the answer (for `ttlMilliseconds`); a
+/// failure deletes the marker and leaves the failure for `FAILURE_HOLD` under the marker's token,
+/// where only the duplicates that waited on it look. A replica that finds another's marker polls
+/// every `POLL` until the answer is there (it replays it, whole — a stream from its first event, but
+/// not live), the failure is (it answers with it), the key is free (it tries to lead), or its own
+/// deadline passes (it runs itself). Redis slow or down: each replica keeps its keys locally
+/// (fail-open, `sidetrack_state_backend_up`).
+pub(crate) mod remote {
+    use super::*;
+
+    /// The in-flight marker's lease, renewed every third of it while the lead runs.
+    pub const LEASE: std::time::Duration = std::time::Duration::from_secs(10);
+    /// How often a waiting replica looks for the answer.
+    pub const POLL: std::time::Duration = std::time::Duration::from_millis(20);
+    /// How long a failure stays readable for the duplicates that waited on it.
+    pub const FAILURE_HOLD: std::time::Duration = std::time::Duration::from_secs(10);
+
+    /// Writes the answer over our marker (ARGV: marker, answer, ttl ms), or — ARGV[2] empty —
+    /// deletes our marker and keeps the failure (ARGV[4]) under KEYS[2] for ARGV[5] ms.
+    const SETTLE: &str = r#"
+-- sidetrack_idempotency_settle_v1
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  if ARGV[2] ~= '' then
+    redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  else
+    redis.call('DEL', KEYS[1])
+    if ARGV[4] ~= '' then redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[5]) end
+  end
+end
+return 1
+"#;
+
+    /// Extends our marker's lease (ARGV: marker, lease ms).
+    const RENEW: &str = r#"
+-- sidetrack_idempotency_renew_v1
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"#;
+
+    /// Our marker in Redis, renewed until the lead ends.
+    pub struct Claim {
+        store: Arc<RedisState>,
+        key: String,
+        marker: Vec<u8>,
+        renew: tokio::task::JoinHandle<()>,
+    }
+
+    impl Claim {
+        /// Stores a complete success, or frees the key (leaving a failure for its waiters).
+        pub(super) fn settle(
+            self,
+            rec: &Recording,
+            end: End,
+            max: usize,
+            ttl: std::time::Duration,
+        ) {
+            self.renew.abort();
+            let head = rec.head.as_ref();
+            let success = end == End::Complete && head.is_some_and(|(s, _)| s.is_success());
+            let fits = rec.len <= max;
+            let (answer, failure) = match head {
+                Some((status, headers)) if fits => {
+                    let bytes = encode(b'd', &self.marker[1..65], *status, headers, &rec.chunks);
+                    if success {
+                        (bytes, Vec::new())
+                    } else if end == End::Complete {
+                        (Vec::new(), bytes)
+                    } else {
+                        (Vec::new(), Vec::new())
+                    }
+                }
+                _ => (Vec::new(), Vec::new()),
+            };
+            let fail_key = failure_key(&self.key, &self.marker);
+            let Claim {
+                store, key, marker, ..
+            } = self;
+            tokio::spawn(async move {
+                let script = redis::Script::new(SETTLE);
+                let _: Result<i64, _> = store
+                    .call(|mut c| async move {
+                        script
+                            .key(key)
+                            .key(fail_key)
+                            .arg(marker)
+                            .arg(answer)
+                            .arg(ttl.as_millis() as u64)
+                            .arg(failure)
+                            .arg(FAILURE_HOLD.as_millis() as u64)
+                            .invoke_async(&mut c)
+                            .await
+                    })
+                    .await;
+            });
+        }
+    }
+
+    fn failure_key(key: &str, marker: &[u8]) -> String {
+        // The marker's token (after `i` and the 64 hex digits of the fingerprint).
+        let token = std::str::from_utf8(marker.get(65..).unwrap_or_default()).unwrap_or_default();
+        format!("{key}:failed:{token}")
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        use std::fmt::Write;
+        bytes
+            .iter()
+            .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+                let _ = write!(s, "{b:02x}");
+                s
+            })
+    }
+
+    /// `kind` (`d` done, `f` failed), the fingerprint (64 hex digits), the status (3 digits), the
+    /// header block's length (8 hex digits), `name\0value\0`..., then the body.
+    fn encode(
+        kind: u8,
+        fp: &[u8],
+        status: StatusCode,
+        headers: &HeaderMap,
+        chunks: &[Bytes],
+    ) -> Vec<u8> {
+        let mut block = Vec::new();
+        for (name, value) in headers {
+            block.extend_from_slice(name.as_str().as_bytes());
+            block.push(0);
+            block.extend_from_slice(value.as_bytes());
+            block.push(0);
+        }
+        let body: usize = chunks.iter().map(Bytes::len).sum();
+        let mut out = Vec::with_capacity(1 + 64 + 3 + 8 + block.len() + body);
+        out.push(kind);
+        out.extend_from_slice(fp);
+        out.extend_from_slice(status.as_str().as_bytes());
+        out.extend_from_slice(format!("{:08x}", block.len()).as_bytes());
+        out.extend_from_slice(&block);
+        for c in chunks {
+            out.extend_from_slice(c);
+        }
+        out
+    }
+
+    fn decode(v: &[u8]) -> Option<Answer> {
+        let status = StatusCode::from_bytes(v.get(65..68)?).ok()?;
+        let len = usize::from_str_radix(std::str::from_utf8(v.get(68..76)?).ok()?, 16).ok()?;
+        let block = v.get(76..76 + len)?;
+        let mut headers = HeaderMap::new();
+        let mut parts = block.split(|b| *b == 0);
+        while let (Some(name), Some(value)) = (parts.next(), parts.next()) {
+            if name.is_empty() {
+                break;
+            }
+            let name = http::HeaderName::from_bytes(name).ok()?;
+            headers.append(name, HeaderValue::from_bytes(value).ok()?);
+        }
+        let body = Bytes::copy_from_slice(v.get(76 + len..)?);
+        Some(Answer {
+            status,
+            headers,
+            len: body.len(),
+            chunks: vec![body],
+        })
+    }
+
+    /// What the key holds in Redis.
+    enum Seen {
+        /// Nothing (or Redis did not answer): try to lead.
+        Free,
+        InFlight {
+            fp: Vec<u8>,
+            marker: Vec<u8>,
+        },
+        Done {
+            fp: Vec<u8>,
+            answer: Answer,
+        },
+    }
+
+    async fn look(store: &RedisState, key: &str) -> Result<Seen, Unavailable> {
+        let key = key.to_owned();
+        let v: Option<Vec<u8>> = store
+            .call(|mut c| async move { redis::cmd("GET").arg(key).query_async(&mut c).await })
+            .await?;
+        Ok(match v {
+            Some(v) if v.first() == Some(&b'i') && v.len() >= 65 => Seen::InFlight {
+                fp: v[1..65].to_vec(),
+                marker: v,
+            },
+            Some(v) if v.first() == Some(&b'd') && v.len() >= 65 => match decode(&v) {
+                Some(answer) => Seen::Done {
+                    fp: v[1..65].to_vec(),
+                    answer,
+                },
+                None => Seen::Free,
+            },
+            _ => Seen::Free,
+        })
+    }
+
+    /// This replica leads the key locally: lead across replicas too, replay another replica's
+    /// answer, or wait for it. Local duplicates are joined to `lead` meanwhile, and get what it
+    /// gets.
+    pub(super) async fn lead(
+        store: &Arc<RedisState>,
+        mut lead: Lead,
+        principal: &Arc<str>,
+        key: &str,
+        fp: [u8; 32],
+        deadline: Instant,
+    ) -> Begin {
+        let id = hex(&fingerprint(principal, "\u{1f}", key.as_bytes()));
+        let rkey = store.idempotency_key(&id);
+        let fp_hex = hex(&fp).into_bytes();
+        let mut marker = Vec::with_capacity(1 + 64 + 16);
+        marker.push(b'i');
+        marker.extend_from_slice(&fp_hex);
+        marker.extend_from_slice(hex(&rand::random::<u64>().to_be_bytes()).as_bytes());
+        // The marker of another replica's lead we waited on (to find its failure).
+        let mut waited_on: Option<Vec<u8>> = None;
+        loop {
+            if let Some(theirs) = waited_on.take() {
+                // The lead we waited on is gone: its failure, if it left one, is ours too.
+                let fkey = failure_key(&rkey, &theirs);
+                let failed: Result<Option<Vec<u8>>, _> =
+                    store
+                        .call(|mut c| async move {
+                            redis::cmd("GET").arg(fkey).query_async(&mut c).await
+                        })
+                        .await;
+                if let Ok(Some(v)) = failed {
+                    if let Some(answer) = decode(&v) {
+                        return Begin::Replay(lead.capture(replay_stored(&Arc::new(answer))));
+                    }
+                }
+            }
+            let claimed: Result<Option<String>, Unavailable> = {
+                let (k, m) = (rkey.clone(), marker.clone());
+                store
+                    .call(|mut c| async move {
+                        redis::cmd("SET")
+                            .arg(k)
+                            .arg(m)
+                            .arg("NX")
+                            .arg("PX")
+                            .arg(LEASE.as_millis() as u64)
+                            .query_async(&mut c)
+                            .await
+                    })
+                    .await
+            };
+            match claimed {
+                Err(Unavailable) => return Begin::Lead(lead),
+                Ok(Some(_)) => {
+                    lead.remote = Some(claim(store, rkey, marker));
+                    return Begin::Lead(lead);
+                }
+                Ok(None) => {}
+            }
+            match look(store, &rkey).await {
+                Err(Unavailable) => return Begin::Lead(lead),
+                Ok(Seen::Free) => continue,
+                Ok(Seen::Done { fp: theirs, answer }) => {
+                    if theirs != fp_hex {
+                        return Begin::Mismatch;
+                    }
+                    return Begin::Replay(lead.capture(replay_stored(&Arc::new(answer))));
+                }
+                Ok(Seen::InFlight {
+                    fp: theirs,
+                    marker: m,
+                }) => {
+                    if theirs != fp_hex {
+                        return Begin::Mismatch;
+                    }
+                    // Wait until it is done, gone or replaced.
+                    loop {
+                        if Instant::now() + POLL >= deadline {
+                            // Waited our whole deadline: run ourselves.
+                            return Begin::Lead(lead);
+                        }
+                        tokio::time::sleep(POLL).await;
+                        match look(store, &rkey).await {
+                            Err(Unavailable) => return Begin::Lead(lead),
+                            Ok(Seen::InFlight { marker: now, .. }) if now == m => continue,
+                            Ok(_) => {
+                                waited_on = Some(m);
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn claim(store: &Arc<RedisState>, key: String, marker: Vec<u8>) -> Claim {
+        let renew = {
+            let (store, key, marker) = (store.clone(), key.clone(), marker.clone());
+            tokio::spawn(async move {
+                let script = redis::Script::new(RENEW);
+                loop {
+                    tokio::time::sleep(LEASE / 3).await;
+                    let (k, m) = (key.clone(), marker.clone());
+                    let script = &script;
+                    let _: Result<i64, _> = store
+                        .call(|mut c| async move {
+                            script
+                                .key(k)
+                                .arg(m)
+                                .arg(LEASE.as_millis() as u64)
+                                .invoke_async(&mut c)
+                                .await
+                        })
+                        .await;
+                }
+            })
+        };
+        Claim {
+            store: store.clone(),
+            key,
+            marker,
+            renew,
+        }
+    }
+
+    use crate::state::redis::Unavailable;
 }
