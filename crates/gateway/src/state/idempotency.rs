@@ -786,7 +786,7 @@ mod tests {
 /// not live), the failure is (it answers with it), the key is free (it tries to lead), or its own
 /// deadline passes (it runs itself). Redis slow or down: each replica keeps its keys locally
 /// (fail-open, `sidetrack_state_backend_up`).
-pub(crate) mod remote {
+pub mod remote {
     use super::*;
 
     /// The in-flight marker's lease, renewed every third of it while the lead runs.
@@ -858,7 +858,12 @@ return 0
             let Claim {
                 store, key, marker, ..
             } = self;
-            tokio::spawn(async move {
+            // Settled from a body's poll or drop; at shutdown there may be no runtime left (the
+            // marker's lease then frees the key).
+            let Ok(rt) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
+            rt.spawn(async move {
                 let script = redis::Script::new(SETTLE);
                 let _: Result<i64, _> = store
                     .call(|mut c| async move {
@@ -991,8 +996,7 @@ return 0
         fp: [u8; 32],
         deadline: Instant,
     ) -> Begin {
-        let id = hex(&fingerprint(principal, "\u{1f}", key.as_bytes()));
-        let rkey = store.idempotency_key(&id);
+        let rkey = store.idempotency_key(&redis_id(principal, key));
         let fp_hex = hex(&fp).into_bytes();
         let mut marker = Vec::with_capacity(1 + 64 + 16);
         marker.push(b'i');
@@ -1074,6 +1078,11 @@ return 0
                 }
             }
         }
+    }
+
+    /// The key's id in Redis (after `{keyPrefix}idem:`): a hash of the principal and the key.
+    pub fn redis_id(principal: &str, key: &str) -> String {
+        hex(&fingerprint(principal, "\u{1f}", key.as_bytes()))
     }
 
     fn claim(store: &Arc<RedisState>, key: String, marker: Vec<u8>) -> Claim {
