@@ -261,7 +261,8 @@ fn handle(
                     .idempotency
                     .begin(&principal.name, keyed, idem, deadline);
                 match Box::pin(begin).await {
-                    idem::Begin::Lead(lead) => Some(lead),
+                    // Boxed: held across the walk by every request's future.
+                    idem::Begin::Lead(lead) => Some(Box::new(lead)),
                     other => return ctx.idempotent(other),
                 }
             }

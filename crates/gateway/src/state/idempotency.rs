@@ -133,17 +133,18 @@ pub fn fingerprint_of(
     dialect: sidetrack_dialects::Dialect,
     path: &str,
     body: &[u8],
-) -> Option<Result<Keyed, &'static str>> {
+) -> Option<Result<Box<Keyed>, &'static str>> {
     let value = headers.get(HEADER)?;
     Some(match value.to_str() {
         Ok("") => Err("the Idempotency-Key header is empty"),
         Ok(k) if k.len() > MAX_KEY_CHARS => {
             Err("the Idempotency-Key header is longer than 255 characters")
         }
-        Ok(k) => Ok(Keyed {
+        // Boxed: the request's future holds this across its awaits.
+        Ok(k) => Ok(Box::new(Keyed {
             key: k.into(),
             fingerprint: fingerprint(dialect.as_str(), path, body),
-        }),
+        })),
         Err(_) => Err("the Idempotency-Key header must be visible ASCII characters"),
     })
 }
@@ -173,13 +174,13 @@ impl Idempotency {
     pub async fn begin(
         &self,
         principal: &Arc<str>,
-        fingerprint: Result<Keyed, &'static str>,
+        fingerprint: Result<Box<Keyed>, &'static str>,
         limits: &Limits,
         deadline: Instant,
     ) -> Begin {
         let (key, fp) = match fingerprint {
             Err(why) => return Begin::BadKey(why),
-            Ok(Keyed { key, fingerprint }) => (key, fingerprint),
+            Ok(keyed) => (keyed.key, keyed.fingerprint),
         };
         let key = &*key;
         loop {
@@ -410,9 +411,9 @@ impl Lead {
 
 impl Lead {
     /// [`Lead::capture`] when there is a lead; `resp` as it is otherwise.
-    pub fn capture_opt(lead: Option<Lead>, resp: Response) -> Response {
+    pub fn capture_opt(lead: Option<Box<Lead>>, resp: Response) -> Response {
         match lead {
-            Some(lead) => lead.capture(resp),
+            Some(lead) => (*lead).capture(resp),
             None => resp,
         }
     }
@@ -596,7 +597,7 @@ mod tests {
     use super::*;
     use http_body_util::BodyExt;
 
-    fn keyed(key: &str, body: &[u8]) -> Result<Keyed, &'static str> {
+    fn keyed(key: &str, body: &[u8]) -> Result<Box<Keyed>, &'static str> {
         let mut h = HeaderMap::new();
         h.insert(HEADER, key.parse().unwrap());
         let dialect = sidetrack_dialects::Dialect::OpenAiChat;
