@@ -31,6 +31,7 @@ pub struct Config {
     pub server: Server,
     pub auth: Option<Auth>,
     pub state: Option<State>,
+    pub idempotency: Idempotency,
     pub targets: Vec<Target>,
     /// Sorted by ascending priority (evaluation order).
     pub rules: Vec<Rule>,
@@ -143,6 +144,31 @@ pub struct Limits {
 #[derive(Debug, Clone)]
 pub struct State {
     pub redis: Option<Redis>,
+}
+
+/// `idempotency:` (SPEC §12). Idempotency-Key support is always on; these are its bounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Idempotency {
+    /// How long a successful answer is replayed (default 86400000 ms, 1000..=31536000000).
+    pub ttl: std::time::Duration,
+    /// Keys kept per process, least recently used evicted first (default 100000, 1..=10000000).
+    pub max_entries: usize,
+    /// An answer larger than this is not stored nor shared with waiting duplicates (default
+    /// 8 MiB, 1 KiB..=1 GiB).
+    pub max_answer_bytes: usize,
+    /// All stored answers together (default 128 MiB, 1 KiB..=64 GiB); LRU eviction past it.
+    pub max_bytes: usize,
+}
+
+impl Default for Idempotency {
+    fn default() -> Idempotency {
+        Idempotency {
+            ttl: std::time::Duration::from_millis(86_400_000),
+            max_entries: 100_000,
+            max_answer_bytes: 8 << 20,
+            max_bytes: 128 << 20,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

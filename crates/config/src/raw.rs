@@ -14,6 +14,7 @@ pub(crate) struct RawConfig {
     pub server: Option<RawServer>,
     pub auth: Option<RawAuth>,
     pub state: Option<RawState>,
+    pub idempotency: Option<RawIdempotency>,
     #[serde(default)]
     pub targets: Vec<RawTarget>,
     #[serde(default)]
@@ -83,6 +84,16 @@ pub(crate) struct RawLimits {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct RawState {
     pub redis: Option<RawRedis>,
+}
+
+/// `idempotency:` (SPEC §12): Idempotency-Key support is always on; these bound it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawIdempotency {
+    pub ttl_milliseconds: Option<i64>,
+    pub max_entries: Option<i64>,
+    pub max_answer_bytes: Option<i64>,
+    pub max_bytes: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]

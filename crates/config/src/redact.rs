@@ -26,6 +26,12 @@ impl Config {
                     "syncMilliseconds": r.sync_interval.as_millis() as u64,
                 })),
             })),
+            "idempotency": {
+                "ttlMilliseconds": self.idempotency.ttl.as_millis() as u64,
+                "maxEntries": self.idempotency.max_entries,
+                "maxAnswerBytes": self.idempotency.max_answer_bytes,
+                "maxBytes": self.idempotency.max_bytes,
+            },
             "targets": self.targets.iter().map(target).collect::<Vec<_>>(),
             "rules": self.rules.iter().map(rule).collect::<Vec<_>>(),
             "defaults": {

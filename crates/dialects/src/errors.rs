@@ -27,6 +27,8 @@ pub enum GatewayErrorKind {
     GatewayTimeout,
     /// No destination could be attempted at all (all ineligible or disabled).
     Unavailable,
+    /// 422: an `Idempotency-Key` reused with a different request (SPEC §12).
+    Unprocessable,
 }
 
 /// A rendered error response: status, content type, extra headers and body.

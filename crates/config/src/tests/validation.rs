@@ -1320,3 +1320,41 @@ fn yaml_syntax_errors_are_located() {
     assert!(e.starts_with("t.yaml:3:"), "{e}");
     assert!(e.contains("YAML syntax error"), "{e}");
 }
+
+#[test]
+fn idempotency_defaults_values_and_located_range_errors() {
+    let c = load(BASE).unwrap();
+    assert_eq!(c.idempotency, Idempotency::default());
+    assert_eq!(c.idempotency.ttl, Duration::from_millis(86_400_000));
+    let dump = c.redacted_json();
+    assert_eq!(dump["idempotency"]["ttlMilliseconds"], 86_400_000);
+    assert_eq!(dump["idempotency"]["maxEntries"], 100_000);
+
+    let c = load(&format!(
+        "{BASE}idempotency:\n  ttlMilliseconds: 5000\n  maxEntries: 10\n  maxAnswerBytes: 4096\n  maxBytes: 65536\n"
+    ))
+    .unwrap();
+    assert_eq!(c.idempotency.ttl, Duration::from_millis(5000));
+    assert_eq!(
+        (
+            c.idempotency.max_entries,
+            c.idempotency.max_answer_bytes,
+            c.idempotency.max_bytes
+        ),
+        (10, 4096, 65536)
+    );
+
+    assert_eq!(
+        one_error(&format!("{BASE}idempotency:\n  ttlMilliseconds: 999\n")),
+        "t.yaml:7:20: idempotency.ttlMilliseconds: must be between 1000 and 31536000000 (got 999)"
+    );
+    assert_eq!(
+        one_error(&format!("{BASE}idempotency:\n  maxEntries: 0\n")),
+        "t.yaml:7:15: idempotency.maxEntries: must be between 1 and 10000000 (got 0)"
+    );
+    assert!(
+        one_error(&format!("{BASE}idempotency:\n  ttl: 5\n"))
+            .contains("idempotency.ttl: unknown key"),
+        "unknown keys are rejected"
+    );
+}

@@ -193,6 +193,7 @@ pub(crate) fn validate(
     let server = server(&mut ctx, raw.server.unwrap_or_default());
     let auth = raw.auth.map(|a| auth(&mut ctx, a));
     let state = raw.state.map(|s| state(&mut ctx, s));
+    let idempotency = idempotency(&mut ctx, raw.idempotency.unwrap_or_default());
     let defaults_raw = raw.defaults.unwrap_or_default();
     let defaults = Defaults {
         circuit_breaker: targets::breaker(
@@ -217,6 +218,7 @@ pub(crate) fn validate(
         server,
         auth,
         state,
+        idempotency,
         targets,
         rules,
         defaults,
@@ -529,6 +531,49 @@ fn state(ctx: &mut Ctx<'_>, raw: RawState) -> State {
         })
     });
     State { redis }
+}
+
+fn idempotency(ctx: &mut Ctx<'_>, raw: RawIdempotency) -> Idempotency {
+    let d = Idempotency::default();
+    let mut size = |v: Option<i64>, lo: i64, hi: i64, default: usize, path: &str| {
+        v.and_then(|v| ctx.int_in(v, lo, hi, path))
+            .and_then(|v| usize::try_from(v).ok())
+            .unwrap_or(default)
+    };
+    let max_entries = size(
+        raw.max_entries,
+        1,
+        10_000_000,
+        d.max_entries,
+        "idempotency.maxEntries",
+    );
+    let max_answer_bytes = size(
+        raw.max_answer_bytes,
+        1024,
+        1 << 30,
+        d.max_answer_bytes,
+        "idempotency.maxAnswerBytes",
+    );
+    let max_bytes = size(
+        raw.max_bytes,
+        1024,
+        64 << 30,
+        d.max_bytes,
+        "idempotency.maxBytes",
+    );
+    let ttl = ctx.millis(
+        raw.ttl_milliseconds,
+        1000,
+        31_536_000_000,
+        86_400_000,
+        "idempotency.ttlMilliseconds",
+    );
+    Idempotency {
+        ttl,
+        max_entries,
+        max_answer_bytes,
+        max_bytes,
+    }
 }
 
 fn logging(ctx: &mut Ctx<'_>, raw: RawLogging) -> Logging {

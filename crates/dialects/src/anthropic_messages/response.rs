@@ -143,6 +143,7 @@ pub fn render_error(kind: GatewayErrorKind, message: &str) -> RenderedError {
         GatewayErrorKind::PermissionDenied => (403, "permission_error"),
         GatewayErrorKind::NotFound => (404, "not_found_error"),
         GatewayErrorKind::TooLarge => (413, "request_too_large"),
+        GatewayErrorKind::Unprocessable => (422, "invalid_request_error"),
         GatewayErrorKind::RequestTimeout => (408, "timeout_error"),
         GatewayErrorKind::RateLimited => (429, "rate_limit_error"),
         GatewayErrorKind::BadGateway => (502, "api_error"),

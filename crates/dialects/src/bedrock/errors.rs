@@ -46,6 +46,7 @@ pub fn render_error(kind: GatewayErrorKind, message: &str) -> RenderedError {
         GatewayErrorKind::PermissionDenied => (403, "AccessDeniedException"),
         GatewayErrorKind::NotFound => (404, "ResourceNotFoundException"),
         GatewayErrorKind::TooLarge => (400, "ValidationException"),
+        GatewayErrorKind::Unprocessable => (422, "ValidationException"),
         GatewayErrorKind::RequestTimeout => (408, "RequestTimeoutException"),
         GatewayErrorKind::RateLimited => (429, "ThrottlingException"),
         GatewayErrorKind::BadGateway => (503, "ServiceUnavailableException"),

@@ -60,6 +60,9 @@ pub fn render_error(kind: GatewayErrorKind, message: &str) -> RenderedError {
         GatewayErrorKind::BadGateway => (502, "api_error", Some("upstream_connection_error")),
         GatewayErrorKind::GatewayTimeout => (504, "api_error", Some("upstream_timeout")),
         GatewayErrorKind::Unavailable => (503, "api_error", Some("no_eligible_destination")),
+        GatewayErrorKind::Unprocessable => {
+            (422, "invalid_request_error", Some("idempotency_key_reused"))
+        }
     };
     RenderedError {
         status,

@@ -64,9 +64,10 @@ pub mod names {
     pub const MID_STREAM_ERRORS_TOTAL: &str = "sidetrack_mid_stream_errors_total";
     pub const STATE_BACKEND_UP: &str = "sidetrack_state_backend_up";
     pub const ROUTING_LOG_DROPPED_TOTAL: &str = "sidetrack_routing_log_dropped_total";
+    pub const IDEMPOTENT_REPLAYS_TOTAL: &str = "sidetrack_idempotent_replays_total";
 
     /// Every name above, in registration order.
-    pub const ALL: [&str; 14] = [
+    pub const ALL: [&str; 15] = [
         REQUESTS_TOTAL,
         ATTEMPTS_TOTAL,
         FALLBACKS_TOTAL,
@@ -80,6 +81,7 @@ pub mod names {
         TOKENS_TOTAL,
         MID_STREAM_ERRORS_TOTAL,
         STATE_BACKEND_UP,
+        IDEMPOTENT_REPLAYS_TOTAL,
         ROUTING_LOG_DROPPED_TOTAL,
     ];
 }
@@ -232,6 +234,7 @@ const REASONS: &[&str] = &[
     "noEligibleDestination",
     "unroutable",
     "deadlineExceeded",
+    "idempotentReplay",
 ];
 
 fn rule_label(rule: &str) -> Cow<'static, str> {
@@ -439,6 +442,8 @@ pub struct Metrics {
     state_backend_up: Gauge,
     /// Routing records the writer could not keep up with (a handle on the routing log's counter).
     routing_log_dropped: Counter,
+    /// Duplicates answered from an `Idempotency-Key`'s answer, joined or stored (SPEC §12).
+    idempotent_replays: Counter,
     /// The tracer (SPEC §7.3) rides along: every phase that records metrics already holds this
     /// struct, so spans reach the walk and the finish phase without another parameter.
     traces: crate::observe::Traces,
@@ -484,6 +489,7 @@ impl Metrics {
             upstream_responses: Family::default(),
             state_backend_up: Gauge::default(),
             routing_log_dropped: log.dropped(),
+            idempotent_replays: Counter::default(),
             traces: crate::observe::Traces::off(),
             labels: RwLock::default(),
         };
@@ -494,6 +500,11 @@ impl Metrics {
     pub fn with_traces(mut self, traces: crate::observe::Traces) -> Metrics {
         self.traces = traces;
         self
+    }
+
+    /// A duplicate was answered from its `Idempotency-Key`'s answer (SPEC §12).
+    pub fn idempotent_replay(&self) {
+        self.idempotent_replays.inc();
     }
 
     /// The tracer: off unless `logging.otlpEndpoint` is set.
@@ -544,6 +555,11 @@ impl Metrics {
             "state_backend_up",
             "1 while the shared state store (state.redis) answers within its budget; 0 while serving on local state",
             self.state_backend_up.clone(),
+        );
+        r.register(
+            "idempotent_replays",
+            "Duplicates answered from their Idempotency-Key's answer (joined in flight or stored)",
+            self.idempotent_replays.clone(),
         );
         r.register(
             "routing_log_dropped",

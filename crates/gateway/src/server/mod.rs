@@ -34,6 +34,7 @@ use crate::observe::metrics::Metrics;
 use crate::observe::RoutingLog;
 use crate::providers::Upstreams;
 use crate::routing::{self, Picker, Resolved, RouteInput};
+use crate::state::idempotency as idem;
 use crate::state::Health;
 pub use respond::RequestCtx;
 
@@ -77,6 +78,8 @@ pub struct Shared {
     pub reload: Option<ReloadFn>,
     /// Gateway rate limits per principal (shared through the state store when there is one).
     pub limiter: Arc<crate::state::limits::RateLimiter>,
+    /// `Idempotency-Key`s: answers joined in flight and replayed (SPEC §12).
+    pub idempotency: crate::state::idempotency::Idempotency,
 }
 
 impl Shared {
@@ -233,6 +236,7 @@ fn handle(
         };
 
         // parse
+        let fingerprint = idem::fingerprint_of(&parts.headers, dialect, &ctx.path, &body);
         let mut parsed: ParsedRequest =
             match dialect.parse_request(body, path_model.as_deref(), path_stream) {
                 Ok(p) => p,
@@ -248,6 +252,22 @@ fn handle(
         if let Err(r) = authorize(&principal, &rt.config, &parsed.model) {
             return ctx.refuse(r);
         }
+        // idempotency (SPEC §12): a duplicate is answered here; the first of its key runs.
+        // Boxed: only keyed requests pay for the (Redis-sized) future.
+        let lead = match fingerprint {
+            None => None,
+            Some(keyed) => {
+                let idem = &rt.config.idempotency;
+                let begin = shared
+                    .idempotency
+                    .begin(&principal.name, keyed, idem, deadline);
+                match Box::pin(begin).await {
+                    // Boxed: held across the walk by every request's future.
+                    idem::Begin::Lead(lead) => Some(Box::new(lead)),
+                    other => return ctx.idempotent(other),
+                }
+            }
+        };
 
         // admit (gateway rate limits): before any route is walked, so a refusal costs no upstream call
         if let Some(limits) = &principal.limits {
@@ -300,7 +320,7 @@ fn handle(
         .await;
 
         // commit and respond
-        ctx.commit(out, &rt.secrets)
+        idem::Lead::capture_opt(lead, ctx.commit(out, &rt.secrets))
     }
 }
 

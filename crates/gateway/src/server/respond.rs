@@ -193,6 +193,26 @@ impl RequestCtx {
         resp
     }
 
+    /// A duplicate answered with its `Idempotency-Key`'s answer (SPEC §12): a record of its own,
+    /// reason `idempotentReplay`, no attempts; the answer carries this request's id.
+    pub fn replayed(mut self, mut resp: Response) -> Response {
+        if resp.headers().contains_key(&REQUEST_ID) {
+            if let Ok(id) = HeaderValue::from_str(self.request_id.as_str()) {
+                resp.headers_mut().insert(REQUEST_ID.clone(), id);
+            }
+        }
+        let status = resp.status().as_u16();
+        let outcome = if status < 400 {
+            RequestOutcome::Served
+        } else {
+            RequestOutcome::Error
+        };
+        self.shared.metrics.idempotent_replay();
+        let rec = self.record(outcome, "idempotentReplay", status);
+        self.finish(rec, None);
+        resp
+    }
+
     /// No rule and no target can serve the model.
     pub fn unroutable(mut self, message: &str) -> Response {
         let resp = error_response(

@@ -5,12 +5,14 @@
 //!   with the other replicas (pushed transitions, periodic resync).
 //! - [`limits`]: per-principal rate limits (`auth.keys[].limits`).
 //! - [`redis`]: the Redis backend both use (a time budget per call, fail-open, `state_backend_up`).
+//! - [`idempotency`]: `Idempotency-Key` — in-flight joining and replay of a key's answer.
 //! - [`clock`]: the clock breakers read (a manual one in tests).
 //!
 //! The response store (SPEC §12) joins them here.
 
 pub mod breakers;
 pub mod clock;
+pub mod idempotency;
 pub mod limits;
 pub mod redis;
 

@@ -199,6 +199,11 @@ impl RedisState {
         format!("{}ratelimit:{}", self.prefix, principal)
     }
 
+    /// An `Idempotency-Key`'s entry (`id`: a hash of principal and key).
+    pub fn idempotency_key(&self, id: &str) -> String {
+        format!("{}idem:{}", self.prefix, id)
+    }
+
     pub fn breaker_key(&self, target: &str, model: &str) -> String {
         format!("{}breaker:{}\u{1f}{}", self.prefix, target, model)
     }
