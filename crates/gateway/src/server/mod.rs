@@ -236,7 +236,7 @@ fn handle(
         };
 
         // parse
-        let fingerprint = idem::fingerprint_of(&parts.headers, dialect, &ctx.path, &body);
+        let fingerprint = idem::fingerprint_of(asks.idempotency_key, dialect, &ctx.path, &body);
         let mut parsed: ParsedRequest =
             match dialect.parse_request(body, path_model.as_deref(), path_stream) {
                 Ok(p) => p,
@@ -336,6 +336,8 @@ struct CallerAsks<'h> {
     fallback_off: bool,
     /// An `X-Amzn-Bedrock-Guardrail*` header's name (SPEC §11 guardrails).
     guardrail: Option<&'h str>,
+    /// `Idempotency-Key` (SPEC §12).
+    idempotency_key: Option<&'h http::HeaderValue>,
 }
 
 impl<'h> CallerAsks<'h> {
@@ -346,6 +348,7 @@ impl<'h> CallerAsks<'h> {
             match name.as_str() {
                 "x-sidetrack-timeout-ms" => asks.timeout_ms = value.to_str().ok(),
                 "x-stainless-timeout" => asks.stainless_timeout = value.to_str().ok(),
+                "idempotency-key" => asks.idempotency_key = Some(value),
                 "x-sidetrack-fallback" => {
                     asks.fallback_off = value.as_bytes().eq_ignore_ascii_case(b"off");
                 }
