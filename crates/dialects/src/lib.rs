@@ -7,6 +7,7 @@
 pub mod anthropic_messages;
 pub mod bedrock;
 pub mod canonical;
+pub mod collect;
 mod chunk_scan;
 pub(crate) mod common;
 pub mod error_class;
