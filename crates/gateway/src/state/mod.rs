@@ -7,12 +7,13 @@
 //! - [`redis`]: the Redis backend both use (a time budget per call, fail-open, `state_backend_up`).
 //! - [`clock`]: the clock breakers read (a manual one in tests).
 //!
-//! The response store (SPEC §12) joins them here.
+//! - [`store`]: the response store (SPEC §12): complete answers, LRU in memory.
 
 pub mod breakers;
 pub mod clock;
 pub mod limits;
 pub mod redis;
+pub mod store;
 
 pub use breakers::{Admit, DestHealth, Health, ProbeGuard, Verdict};
 pub use clock::Clock;
