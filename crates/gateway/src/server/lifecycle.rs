@@ -141,6 +141,7 @@ pub async fn start(
     let metrics = Arc::new(Metrics::for_log(&log).with_traces(traces));
     let health = Health::new(options.clock, metrics.clone(), &config);
     let limiter = Arc::new(crate::state::limits::RateLimiter::new(health.store()));
+    let store = crate::state::store::Store::new(&config.cache);
     let shared = Arc::new(Shared {
         health,
         runtime: ArcSwap::from_pointee(Runtime::new(config)),
@@ -152,6 +153,7 @@ pub async fn start(
         fell_back: AtomicU64::new(0),
         reload: options.reload,
         limiter,
+        store,
     });
     warn_if_fds_run_out_first(shared.runtime.load().config.server.max_connections);
     let (tx, rx) = watch::channel(false);

@@ -391,14 +391,20 @@ mod tests {
         assert_ne!(alice, StoreKey::of(Scope::Principal("alice"), "m2", &q));
         let other = StoreKey::of(Scope::Principal("alice"), "m", &question("ho"));
         assert_ne!(alice.exact, other.exact);
-        assert_eq!(alice.partition, other.partition, "same system, tools, model");
+        assert_eq!(
+            alice.partition, other.partition,
+            "same system, tools, model"
+        );
         let mut sys = q.clone();
         sys.system = vec!["be brief".into()];
         let sys = StoreKey::of(Scope::Principal("alice"), "m", &sys);
         assert_ne!(alice.partition, sys.partition);
         let mut hot = q.clone();
         hot.temperature = Some(0.5);
-        assert_ne!(alice.exact, StoreKey::of(Scope::Principal("alice"), "m", &hot).exact);
+        assert_ne!(
+            alice.exact,
+            StoreKey::of(Scope::Principal("alice"), "m", &hot).exact
+        );
     }
 
     #[test]
