@@ -4,8 +4,8 @@
 use std::fmt::Write;
 
 use sidetrack_config::{
-    BreakerMode, BreakerPolicy, CacheMode, CacheScope, Config, HopPolicy, RetryBudgetPolicy, Route, StaticRoute, Target,
-    DEFAULT_MAX_ATTEMPTS,
+    BreakerMode, BreakerPolicy, CacheMode, CacheScope, Config, HopPolicy, RetryBudgetPolicy, Route,
+    StaticRoute, Target, DEFAULT_MAX_ATTEMPTS,
 };
 
 use crate::routing::{self, find_rule, Picker};
@@ -363,11 +363,7 @@ fn write_cache(out: &mut String, cfg: &Config, rule: Option<&str>) {
     };
     let _ = write!(out, "cache: {} — {what}", mode.as_str());
     if mode != CacheMode::Off {
-        let _ = write!(
-            out,
-            "; scope {scope}, ttl {} ms",
-            cfg.cache.ttl.as_millis()
-        );
+        let _ = write!(out, "; scope {scope}, ttl {} ms", cfg.cache.ttl.as_millis());
     }
     let _ = writeln!(out, "  [{from}]");
 }

@@ -362,3 +362,54 @@ async fn chaos_every_seen_question_is_answered_from_the_store() {
     assert_eq!((hits, misses), (60, 40));
     assert_eq!(env.metric("sidetrack_cache_entries").await, 30.0);
 }
+
+/// A Bedrock caller that asked for a stream gets the stored answer as an event stream (binary
+/// frames, each with its CRCs), read back here by the gateway's own ConverseStream decoder.
+#[tokio::test]
+async fn a_bedrock_stream_caller_gets_an_event_stream_hit() {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    use sidetrack_dialects::collect::Collector;
+    use sidetrack_dialects::Dialect;
+
+    let env = start(&config(LAST_RESORT), MockConfig::default()).await;
+    env.mock.set_behaviour("m-a", reply("framed answer"));
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    all_down(&env);
+
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<bytes::Bytes>>();
+    let body = json!({"messages": [{"role": "user", "content": [{"text": "hi"}]}]});
+    let req = http::Request::post(format!("{}/model/m/converse-stream", env.gw.base_url()))
+        .header("content-type", "application/json")
+        .body(Full::new(bytes::Bytes::from(body.to_string())))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-sidetrack-cache"], "hit");
+    assert_eq!(
+        resp.headers()["content-type"],
+        "application/vnd.amazon.eventstream"
+    );
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let mut decoder = Dialect::BedrockConverse.stream_decoder();
+    let mut collector = Collector::new(1 << 20);
+    for ev in decoder.push(&bytes).into_iter().chain(decoder.finish()) {
+        collector.push(&ev);
+    }
+    assert!(!decoder.failed(), "well-framed");
+    let answer = collector.finish().expect("a whole answer with its stop");
+    assert_eq!(
+        answer.content,
+        vec![sidetrack_dialects::canonical::Part::Text(
+            "framed answer".into()
+        )]
+    );
+}

@@ -216,8 +216,11 @@ impl RequestCtx {
     pub fn commit(mut self, mut out: WalkOutput, secrets: &boundary::Secrets) -> Response {
         // SPEC §12: a walk that ended without success (not a caller's 400) falls through to the
         // response store.
-        let failed = out.deadline_exceeded || out.returned.as_ref().is_none_or(|r| r.fired);
-        if failed {
+        // One test when the request does not use the store.
+        let failed = |out: &WalkOutput| {
+            out.deadline_exceeded || out.returned.as_ref().is_none_or(|r| r.fired)
+        };
+        if self.cache.is_some() && failed(&out) {
             if let Some(hit) = self.cached_answer() {
                 return self.served_from_cache(&hit, out);
             }
