@@ -116,6 +116,8 @@ pub(super) fn lookup(shared: &Shared, cache: &CacheUse) -> Option<std::sync::Arc
     let result = if hit.is_some() {
         CacheResult::Hit
     } else {
+        // A miss may have dropped an expired entry.
+        m.cache_entries(shared.store.len());
         CacheResult::Miss
     };
     m.cache_lookup(cache.mode_label(), result);
