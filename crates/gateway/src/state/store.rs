@@ -151,6 +151,9 @@ pub trait Tier: Send + Sync {
     /// Stores `value` (replacing an older answer); false when it is larger than the store.
     fn put(&self, key: StoreKey, value: Arc<ChatResponse>, now: Instant) -> bool;
     fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 struct Slot {
