@@ -64,9 +64,11 @@ pub mod names {
     pub const MID_STREAM_ERRORS_TOTAL: &str = "sidetrack_mid_stream_errors_total";
     pub const STATE_BACKEND_UP: &str = "sidetrack_state_backend_up";
     pub const ROUTING_LOG_DROPPED_TOTAL: &str = "sidetrack_routing_log_dropped_total";
+    /// SPEC §12 (a plain gauge: always exposed, unlike the labelled families).
+    pub const CACHE_ENTRIES: &str = "sidetrack_cache_entries";
 
     /// Every name above, in registration order.
-    pub const ALL: [&str; 14] = [
+    pub const ALL: [&str; 15] = [
         REQUESTS_TOTAL,
         ATTEMPTS_TOTAL,
         FALLBACKS_TOTAL,
@@ -81,6 +83,7 @@ pub mod names {
         MID_STREAM_ERRORS_TOTAL,
         STATE_BACKEND_UP,
         ROUTING_LOG_DROPPED_TOTAL,
+        CACHE_ENTRIES,
     ];
 }
 
