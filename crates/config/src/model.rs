@@ -37,6 +37,100 @@ pub struct Config {
     pub rules: Vec<Rule>,
     pub defaults: Defaults,
     pub logging: Logging,
+    /// `cache` (SPEC §12); defaults (mode `off`) when omitted.
+    pub cache: Cache,
+}
+
+/// Whether and when the response store answers (SPEC §12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheMode {
+    /// Nothing stored, nothing served (the default).
+    #[default]
+    Off,
+    /// Consulted only when the walk ends without success.
+    LastResort,
+    /// Consulted before the walk too.
+    Always,
+}
+
+impl CacheMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheMode::Off => "off",
+            CacheMode::LastResort => "lastResort",
+            CacheMode::Always => "always",
+        }
+    }
+}
+
+/// Whose answers a request may be served (SPEC §12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheScope {
+    /// Per principal: never crosses principals (the default).
+    #[default]
+    Principal,
+    /// One store for every principal.
+    Shared,
+}
+
+/// `cache` (SPEC §12).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cache {
+    pub mode: CacheMode,
+    /// `ttlMilliseconds`: default 86400000 (1 day), 1000..=31536000000.
+    pub ttl: Duration,
+    /// `maxEntries`: per process, LRU; default 100000, 1..=10000000.
+    pub max_entries: usize,
+    /// `maxBytes`: the store's whole size, and the largest single answer it keeps; default
+    /// 256 MiB, 1024..=1 TiB.
+    pub max_bytes: usize,
+    pub scope: CacheScope,
+    pub semantic: Option<Semantic>,
+    /// Some mode is not `off` (top level or a rule): when false, requests skip the store with one
+    /// test.
+    pub in_use: bool,
+}
+
+pub const DEFAULT_CACHE_TTL_MS: u64 = 86_400_000;
+pub const DEFAULT_CACHE_MAX_ENTRIES: usize = 100_000;
+pub const DEFAULT_CACHE_MAX_BYTES: usize = 256 * 1024 * 1024;
+
+impl Default for Cache {
+    fn default() -> Self {
+        Cache {
+            mode: CacheMode::Off,
+            ttl: Duration::from_millis(DEFAULT_CACHE_TTL_MS),
+            max_entries: DEFAULT_CACHE_MAX_ENTRIES,
+            max_bytes: DEFAULT_CACHE_MAX_BYTES,
+            scope: CacheScope::Principal,
+            semantic: None,
+            in_use: false,
+        }
+    }
+}
+
+/// `cache.semantic` (SPEC §12): parsed and checked; not acted on yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Semantic {
+    pub target: String,
+    pub model: String,
+    /// 0..=1, default 0.95.
+    pub similarity_threshold: f64,
+    /// 10..=60000, default 300.
+    pub embedding_timeout: Duration,
+}
+
+impl Config {
+    /// The cache mode of a request matched by `rule` (`None`: default routing): the rule's own
+    /// `cache.mode`, else the top-level `cache.mode`.
+    pub fn cache_mode(&self, rule: Option<&str>) -> CacheMode {
+        if !self.cache.in_use {
+            return CacheMode::Off;
+        }
+        rule.and_then(|name| self.rules.iter().find(|r| r.name == name))
+            .and_then(|r| r.cache_mode)
+            .unwrap_or(self.cache.mode)
+    }
 }
 
 impl Config {
@@ -313,6 +407,8 @@ pub struct Rule {
     pub match_models: Option<Matcher>, // default operator StringLike
     pub match_principals: Option<Matcher>, // default operator StringEquals
     pub route: Route,
+    /// `cache.mode` of the rule: overrides the top-level `cache.mode` (SPEC §12).
+    pub cache_mode: Option<CacheMode>,
 }
 
 #[derive(Debug, Clone)]

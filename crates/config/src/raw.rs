@@ -21,6 +21,42 @@ pub(crate) struct RawConfig {
     pub rules: Vec<RawRule>,
     pub defaults: Option<RawDefaults>,
     pub logging: Option<RawLogging>,
+    pub cache: Option<RawCache>,
+}
+
+/// `cache` (SPEC §12).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawCache {
+    pub mode: Option<String>,
+    pub ttl_milliseconds: Option<i64>,
+    pub max_entries: Option<i64>,
+    pub max_bytes: Option<i64>,
+    pub scope: Option<String>,
+    pub semantic: Option<RawSemantic>,
+}
+
+/// `cache.semantic` (SPEC §12).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawSemantic {
+    pub embeddings: RawEmbeddingsDest,
+    pub similarity_threshold: Option<f64>,
+    pub embedding_timeout_milliseconds: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawEmbeddingsDest {
+    pub target: String,
+    pub model: String,
+}
+
+/// `rules[].cache`: the cache mode for the rule's requests.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RawRuleCache {
+    pub mode: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -175,6 +211,7 @@ pub(crate) struct RawRule {
     pub match_models: Option<RawMatcher>,
     pub match_principals: Option<RawMatcher>,
     pub route_to_target: RawRouteToTarget,
+    pub cache: Option<RawRuleCache>,
 }
 
 /// `matchModels` / `matchPrincipals`: a list of values (default operator), a single string, or

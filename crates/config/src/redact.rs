@@ -52,6 +52,7 @@ impl Config {
                 },
                 "otlpEndpoint": self.logging.otlp_endpoint.as_deref().map(redact_url),
             },
+            "cache": cache(&self.cache),
         })
     }
 }
@@ -271,6 +272,25 @@ fn rule(r: &Rule) -> Value {
         "matchModels": r.match_models.as_ref().map(matcher),
         "matchPrincipals": r.match_principals.as_ref().map(matcher),
         "routeToTarget": route,
+        "cache": r.cache_mode.map(|m| json!({ "mode": m.as_str() })),
+    })
+}
+
+fn cache(c: &Cache) -> Value {
+    json!({
+        "mode": c.mode.as_str(),
+        "ttlMilliseconds": millis(c.ttl),
+        "maxEntries": c.max_entries,
+        "maxBytes": c.max_bytes,
+        "scope": match c.scope {
+            CacheScope::Principal => "principal",
+            CacheScope::Shared => "shared",
+        },
+        "semantic": c.semantic.as_ref().map(|s| json!({
+            "embeddings": { "target": s.target, "model": s.model },
+            "similarityThreshold": s.similarity_threshold,
+            "embeddingTimeoutMilliseconds": millis(s.embedding_timeout),
+        })),
     })
 }
 

@@ -8,6 +8,7 @@ pub mod anthropic_messages;
 pub mod bedrock;
 pub mod canonical;
 mod chunk_scan;
+pub mod collect;
 pub(crate) mod common;
 pub mod error_class;
 pub mod errors;

@@ -4,8 +4,8 @@
 use std::fmt::Write;
 
 use sidetrack_config::{
-    BreakerMode, BreakerPolicy, Config, HopPolicy, RetryBudgetPolicy, Route, StaticRoute, Target,
-    DEFAULT_MAX_ATTEMPTS,
+    BreakerMode, BreakerPolicy, CacheMode, CacheScope, Config, HopPolicy, RetryBudgetPolicy, Route,
+    StaticRoute, Target, DEFAULT_MAX_ATTEMPTS,
 };
 
 use crate::routing::{self, find_rule, Picker};
@@ -30,6 +30,7 @@ pub fn explain(cfg: &Config, model: &str, principal: &str, dialect: &str) -> Str
             }
         }
         write_request_rules(&mut out, cfg);
+        write_cache(&mut out, cfg, None);
         return out;
     }
     if !cfg.server.allow_pinning
@@ -50,6 +51,7 @@ pub fn explain(cfg: &Config, model: &str, principal: &str, dialect: &str) -> Str
         );
         write_rule(&mut out, cfg, &rule.route, model);
         write_request_rules(&mut out, cfg);
+        write_cache(&mut out, cfg, Some(&rule.name));
         return out;
     }
     match routing::default_route(cfg, model, &Picker::default()) {
@@ -70,6 +72,7 @@ pub fn explain(cfg: &Config, model: &str, principal: &str, dialect: &str) -> Str
                 );
             }
             write_request_rules(&mut out, cfg);
+            write_cache(&mut out, cfg, None);
         }
         None => {
             let _ = writeln!(out, "route: UNROUTABLE — no rule matches and no target lists this model; callers get 404");
@@ -335,6 +338,36 @@ fn write_retry(out: &mut String, p: &HopPolicy, inherit: &str) {
 
 /// The request-level rules of SPEC §11 that bound every walk: the attempt cap, the retry budget,
 /// the deadline and the caller's overrides.
+/// The response store's mode for the route (SPEC §12): the rule's own `cache.mode`, else the
+/// top-level one.
+fn write_cache(out: &mut String, cfg: &Config, rule: Option<&str>) {
+    let own = rule
+        .and_then(|name| cfg.rules.iter().find(|r| r.name == name))
+        .and_then(|r| r.cache_mode);
+    let mode = cfg.cache_mode(rule);
+    let what = match mode {
+        CacheMode::Off => "nothing is stored or served",
+        CacheMode::LastResort => {
+            "answers are stored; one is served only when the walk ends without success"
+        }
+        CacheMode::Always => "answers are stored; a stored one is served before any upstream call",
+    };
+    let from = match own {
+        Some(_) => "rules[].cache.mode",
+        None if cfg.cache.mode == CacheMode::Off => "default",
+        None => "cache.mode",
+    };
+    let scope = match cfg.cache.scope {
+        CacheScope::Principal => "per principal",
+        CacheScope::Shared => "shared by every principal",
+    };
+    let _ = write!(out, "cache: {} — {what}", mode.as_str());
+    if mode != CacheMode::Off {
+        let _ = write!(out, "; scope {scope}, ttl {} ms", cfg.cache.ttl.as_millis());
+    }
+    let _ = writeln!(out, "  [{from}]");
+}
+
 fn write_request_rules(out: &mut String, cfg: &Config) {
     let d = &cfg.defaults;
     let mark = |default: bool| if default { "default" } else { "written" };
@@ -443,6 +476,22 @@ rules:
     fn config(extra: &str) -> sidetrack_config::Config {
         sidetrack_config::load_str(&format!("{extra}{CONFIG}"), "t.yaml")
             .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn the_cache_mode_of_the_route_is_shown() {
+        let cfg = config("");
+        let a = explain(&cfg, "gpt-4o", "team-a", "openai-chat");
+        assert!(
+            a.contains("cache: off — nothing is stored or served  [default]"),
+            "{a}"
+        );
+        let cfg = config("cache:\n  mode: lastResort\n");
+        let a = explain(&cfg, "gpt-4o", "team-a", "openai-chat");
+        assert!(
+            a.contains("cache: lastResort — answers are stored; one is served only when the walk ends without success; scope per principal, ttl 86400000 ms  [cache.mode]"),
+            "{a}"
+        );
     }
 
     #[test]
@@ -590,5 +639,6 @@ request rules:
   retryBudget: ratio 0.2, minPerSecond 5 — per destination, retries in the last 10 s stay under 0.2 × first attempts + 50; over it the walk advances without retrying  [default]
   deadline: min(server.requestTimeoutMilliseconds 60000, the caller's x-stainless-timeout)  [server.callerDeadline: true]
   callerOverrides: off — `x-sidetrack-fallback` and `x-sidetrack-timeout-ms` are ignored  [server.callerOverrides: false]
+cache: off — nothing is stored or served  [default]
 "#;
 }

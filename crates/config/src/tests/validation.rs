@@ -1358,3 +1358,76 @@ fn idempotency_defaults_values_and_located_range_errors() {
         "unknown keys are rejected"
     );
 }
+
+#[test]
+fn cache_defaults_ranges_and_rule_overrides() {
+    let c = load(BASE).unwrap();
+    assert_eq!(c.cache, Cache::default());
+    assert_eq!(c.cache_mode(None), CacheMode::Off);
+    assert!(!c.cache.in_use);
+    let cache = |body: &str| format!("{BASE}cache:\n{body}");
+    let c = load(&cache(
+        "  mode: lastResort\n  ttlMilliseconds: 1000\n  maxEntries: 5\n  maxBytes: 4096\n  \
+         scope: shared\n  semantic:\n    embeddings: { target: a, model: e }\n",
+    ))
+    .unwrap();
+    assert_eq!(c.cache.mode, CacheMode::LastResort);
+    assert_eq!(c.cache.ttl, std::time::Duration::from_secs(1));
+    assert_eq!((c.cache.max_entries, c.cache.max_bytes), (5, 4096));
+    assert_eq!(c.cache.scope, CacheScope::Shared);
+    let s = c.cache.semantic.as_ref().unwrap();
+    assert_eq!(
+        (s.similarity_threshold, s.embedding_timeout.as_millis()),
+        (0.95, 300)
+    );
+    assert!(c.cache.in_use);
+    assert_eq!(
+        one_error(&cache("  mode: sometimes\n")),
+        "t.yaml:7:9: cache.mode: unknown value `sometimes`; expected one of `off`, \
+         `lastResort`, `always`"
+    );
+    assert_eq!(
+        one_error(&cache("  ttlMilliseconds: 999\n")),
+        "t.yaml:7:20: cache.ttlMilliseconds: must be between 1000 and 31536000000 (got 999)"
+    );
+    assert_eq!(
+        one_error(&cache("  maxEntries: 0\n")),
+        "t.yaml:7:15: cache.maxEntries: must be between 1 and 10000000 (got 0)"
+    );
+    assert_eq!(
+        one_error(&cache(
+            "  semantic:\n    embeddings: { target: nope, model: e }\n"
+        )),
+        "t.yaml:8:27: cache.semantic.embeddings.target: no target named `nope`"
+    );
+    assert_eq!(
+        one_error(&cache(
+            "  semantic:\n    embeddings: { target: a, model: e }\n    similarityThreshold: 1.5\n"
+        )),
+        "t.yaml:9:26: cache.semantic.similarityThreshold: must be between 0 and 1 (got 1.5)"
+    );
+    assert_eq!(
+        one_error(&cache(
+            "  semantic:\n    embeddings: { target: a, model: e }\n    \
+             embeddingTimeoutMilliseconds: 5\n"
+        )),
+        "t.yaml:9:35: cache.semantic.embeddingTimeoutMilliseconds: must be between 10 and \
+         60000 (got 5)"
+    );
+    // A rule's own mode overrides the top level, and turns the store on by itself.
+    let rules =
+        "  - name: r\n    priority: 1\n    matchModels: [m]\n    cache: { mode: always }\n    \
+                 routeToTarget:\n      staticRoute: { target: a }\n";
+    let c = load(&with_rules(rules)).unwrap();
+    assert!(c.cache.in_use);
+    assert_eq!(c.cache_mode(Some("r")), CacheMode::Always);
+    assert_eq!(c.cache_mode(None), CacheMode::Off);
+    assert_eq!(
+        one_error(&with_rules(&rules.replace("always", "never"))),
+        "t.yaml:10:20: rules[0].cache.mode: unknown value `never`; expected one of `off`, \
+         `lastResort`, `always`"
+    );
+    let json = c.redacted_json();
+    assert_eq!(json["rules"][0]["cache"]["mode"], "always");
+    assert_eq!(json["cache"]["maxBytes"], 256 * 1024 * 1024);
+}

@@ -213,6 +213,11 @@ pub(crate) fn validate(
     let targets = targets::targets(&mut ctx, &raw.targets, &defaults.circuit_breaker);
     let rules = rules::rules(&mut ctx, &raw.rules, &targets);
     let logging = logging(&mut ctx, raw.logging.unwrap_or_default());
+    let mut cache = cache(&mut ctx, raw.cache.unwrap_or_default(), &targets);
+    cache.in_use = cache.mode != CacheMode::Off
+        || rules
+            .iter()
+            .any(|r| r.cache_mode.is_some_and(|m| m != CacheMode::Off));
     let config = Config {
         source: source.to_string(),
         server,
@@ -223,6 +228,7 @@ pub(crate) fn validate(
         rules,
         defaults,
         logging,
+        cache,
     };
     ctx.finish(config)
 }
@@ -661,5 +667,98 @@ fn retry_budget(ctx: &mut Ctx<'_>, raw: Option<&RawRetryBudget>) -> RetryBudgetP
             default.min_per_second,
             "defaults.retryBudget.minPerSecond",
         ),
+    }
+}
+
+/// `cache.mode` and `rules[].cache.mode` spellings.
+pub(super) const CACHE_MODES: &[(&str, CacheMode)] = &[
+    ("off", CacheMode::Off),
+    ("lastResort", CacheMode::LastResort),
+    ("always", CacheMode::Always),
+];
+
+/// `cache` (SPEC §12): every key optional; `semantic` is checked (its target must exist) but not
+/// acted on yet.
+fn cache(ctx: &mut Ctx<'_>, raw: RawCache, targets: &[Target]) -> Cache {
+    let default = Cache::default();
+    let mode = raw
+        .mode
+        .and_then(|m| ctx.one_of(&m, CACHE_MODES, "cache.mode"))
+        .unwrap_or(default.mode);
+    let ttl = raw
+        .ttl_milliseconds
+        .and_then(|v| ctx.int_in(v, 1000, 31_536_000_000, "cache.ttlMilliseconds"))
+        .map_or(default.ttl, Duration::from_millis);
+    let mut size = |v: Option<i64>, lo: i64, hi: i64, fallback: usize, path: &str| {
+        v.and_then(|v| ctx.int_in(v, lo, hi, path))
+            .map_or(fallback, |n| usize::try_from(n).unwrap_or(usize::MAX))
+    };
+    let max_entries = size(
+        raw.max_entries,
+        1,
+        10_000_000,
+        default.max_entries,
+        "cache.maxEntries",
+    );
+    let max_bytes = size(
+        raw.max_bytes,
+        1024,
+        1 << 40,
+        default.max_bytes,
+        "cache.maxBytes",
+    );
+    let scope = raw
+        .scope
+        .and_then(|s| {
+            let choices = [
+                ("principal", CacheScope::Principal),
+                ("shared", CacheScope::Shared),
+            ];
+            ctx.one_of(&s, &choices, "cache.scope")
+        })
+        .unwrap_or(default.scope);
+    let semantic = raw.semantic.map(|s| {
+        let e = &s.embeddings;
+        if ctx.not_blank(&e.target, "cache.semantic.embeddings.target")
+            && !targets.iter().any(|t| t.name == e.target)
+        {
+            ctx.err(
+                "cache.semantic.embeddings.target",
+                format!("no target named `{}`", e.target),
+            );
+        }
+        ctx.not_blank(&e.model, "cache.semantic.embeddings.model");
+        let threshold = match s.similarity_threshold {
+            Some(v) if !(0.0..=1.0).contains(&v) => {
+                ctx.err(
+                    "cache.semantic.similarityThreshold",
+                    format!("must be between 0 and 1 (got {v})"),
+                );
+                0.95
+            }
+            Some(v) => v,
+            None => 0.95,
+        };
+        Semantic {
+            target: e.target.clone(),
+            model: e.model.clone(),
+            similarity_threshold: threshold,
+            embedding_timeout: ctx.millis(
+                s.embedding_timeout_milliseconds,
+                10,
+                60_000,
+                300,
+                "cache.semantic.embeddingTimeoutMilliseconds",
+            ),
+        }
+    });
+    Cache {
+        mode,
+        ttl,
+        max_entries,
+        max_bytes,
+        scope,
+        semantic,
+        in_use: false,
     }
 }

@@ -101,6 +101,10 @@ pub(super) fn rules(ctx: &mut Ctx<'_>, raw: &[RawRule], targets: &[Target]) -> V
             &join_key(&path, "routeToTarget"),
             &target_names,
         );
+        let cache_mode = r.cache.as_ref().and_then(|c| {
+            let path = join_key(&join_key(&path, "cache"), "mode");
+            ctx.one_of(&c.mode, super::CACHE_MODES, &path)
+        });
         if let (Some(priority), Some(route)) = (priority, route) {
             out.push(Rule {
                 name,
@@ -109,6 +113,7 @@ pub(super) fn rules(ctx: &mut Ctx<'_>, raw: &[RawRule], targets: &[Target]) -> V
                 match_models,
                 match_principals,
                 route,
+                cache_mode,
             });
         }
     }

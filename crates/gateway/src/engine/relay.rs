@@ -20,6 +20,8 @@ use super::pipe::Pipe;
 /// Called once when the relayed body ends (or is dropped).
 pub trait OnFinish: Send + Unpin + 'static {
     fn finish(self, end: RelayEnd);
+    /// Sees each chunk the caller is sent, in order (the response store collects an answer here).
+    fn observe(&mut self, _chunk: &Bytes) {}
 }
 
 /// How the relayed body ended.
@@ -355,6 +357,17 @@ impl<F: OnFinish> RelayBody<F> {
     }
 }
 
+impl<F: OnFinish> RelayBody<F> {
+    /// A chunk for the caller, shown to the finish step first.
+    #[allow(clippy::type_complexity, reason = "the `poll_frame` return type")]
+    fn send(&mut self, b: Bytes) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(f) = self.on_finish.as_mut() {
+            f.observe(&b);
+        }
+        Poll::Ready(Some(Ok(Frame::data(b))))
+    }
+}
+
 impl<F: OnFinish> Drop for RelayBody<F> {
     fn drop(&mut self) {
         if self.on_finish.is_some() {
@@ -383,7 +396,7 @@ impl<F: OnFinish> Body for RelayBody<F> {
         }
         loop {
             if let Some(b) = this.held.pop_front().or_else(|| this.trailer.take()) {
-                return Poll::Ready(Some(Ok(Frame::data(b))));
+                return this.send(b);
             }
             if this.rest.is_none() {
                 this.finish();
@@ -425,7 +438,7 @@ impl<F: OnFinish> Body for RelayBody<F> {
                 Poll::Ready(Some(Ok(frame))) => {
                     this.fresh = true;
                     if let Some(out) = frame.into_data().ok().and_then(|d| this.forward(d)) {
-                        return Poll::Ready(Some(Ok(Frame::data(out))));
+                        return this.send(out);
                     }
                 }
                 Poll::Ready(Some(Err(_))) => {

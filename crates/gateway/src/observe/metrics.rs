@@ -65,9 +65,11 @@ pub mod names {
     pub const STATE_BACKEND_UP: &str = "sidetrack_state_backend_up";
     pub const ROUTING_LOG_DROPPED_TOTAL: &str = "sidetrack_routing_log_dropped_total";
     pub const IDEMPOTENT_REPLAYS_TOTAL: &str = "sidetrack_idempotent_replays_total";
+    /// SPEC §12 (a plain gauge: always exposed, unlike the labelled families).
+    pub const CACHE_ENTRIES: &str = "sidetrack_cache_entries";
 
     /// Every name above, in registration order.
-    pub const ALL: [&str; 15] = [
+    pub const ALL: [&str; 16] = [
         REQUESTS_TOTAL,
         ATTEMPTS_TOTAL,
         FALLBACKS_TOTAL,
@@ -83,6 +85,7 @@ pub mod names {
         STATE_BACKEND_UP,
         IDEMPOTENT_REPLAYS_TOTAL,
         ROUTING_LOG_DROPPED_TOTAL,
+        CACHE_ENTRIES,
     ];
 }
 
@@ -235,6 +238,7 @@ const REASONS: &[&str] = &[
     "unroutable",
     "deadlineExceeded",
     "idempotentReplay",
+    "servedFromCache",
 ];
 
 fn rule_label(rule: &str) -> Cow<'static, str> {
@@ -338,6 +342,35 @@ pub struct HedgeLabels {
     pub result: HedgeResult,
 }
 
+/// `cache_lookups_total{mode,result}` (SPEC §12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CacheResult {
+    Hit,
+    SemanticHit,
+    Miss,
+    /// Not consulted: `cache-control: no-store`, `x-sidetrack-cache: off`, or a request the
+    /// store cannot key (e.g. one carrying a guardrail).
+    Bypass,
+}
+
+impl CacheResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheResult::Hit => "hit",
+            CacheResult::SemanticHit => "semantic_hit",
+            CacheResult::Miss => "miss",
+            CacheResult::Bypass => "bypass",
+        }
+    }
+}
+label_value_as_str!(CacheResult);
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct CacheLabels {
+    pub mode: &'static str,
+    pub result: CacheResult,
+}
+
 /// `upstream_responses_total{code}`: a status code (100–599, so the set is bounded).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ResponseLabels {
@@ -437,6 +470,9 @@ pub struct Metrics {
     retry_budget_exhausted: Family<DestinationLabels, Counter>,
     hedges: Family<HedgeLabels, Counter>,
     upstream_responses: Family<ResponseLabels, Counter>,
+    /// SPEC §12: response store lookups by mode and result, and the entries it holds.
+    cache_lookups: Family<CacheLabels, Counter>,
+    cache_entries: Gauge,
     /// 1 while the shared state store (Redis) answers within its budget, 0 while serving on local
     /// state (SPEC §10). Set to 1 at start when a store is configured.
     state_backend_up: Gauge,
@@ -487,6 +523,8 @@ impl Metrics {
             retry_budget_exhausted: Family::default(),
             hedges: Family::default(),
             upstream_responses: Family::default(),
+            cache_lookups: Family::default(),
+            cache_entries: Gauge::default(),
             state_backend_up: Gauge::default(),
             routing_log_dropped: log.dropped(),
             idempotent_replays: Counter::default(),
@@ -611,7 +649,29 @@ impl Metrics {
             "Upstream HTTP answers, by destination and status code",
             self.upstream_responses.clone(),
         );
+        r.register(
+            "cache_lookups",
+            "Response store lookups (SPEC §12), by cache mode and result",
+            self.cache_lookups.clone(),
+        );
+        r.register(
+            "cache_entries",
+            "Answers held by this process's response store",
+            self.cache_entries.clone(),
+        );
         self
+    }
+
+    /// One response store lookup (`mode`: `lastResort` or `always`).
+    pub fn cache_lookup(&self, mode: &'static str, result: CacheResult) {
+        self.cache_lookups
+            .get_or_create(&CacheLabels { mode, result })
+            .inc();
+    }
+
+    /// The response store's entry count.
+    pub fn cache_entries(&self, n: usize) {
+        self.cache_entries.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// One finished request. `rule` is `""` for default routing (label `"default"`); `status` is

@@ -33,9 +33,17 @@ pub(super) struct Finish {
     pub reservation: Option<Reservation>,
     /// The request stays in flight until its body ends.
     pub in_flight: Option<InFlightGuard>,
+    /// The answer collected for the response store (SPEC §12), when the request uses it.
+    pub cache: Option<Box<super::cache::Collecting>>,
 }
 
 impl OnFinish for Finish {
+    fn observe(&mut self, chunk: &bytes::Bytes) {
+        if let Some(c) = self.cache.as_mut() {
+            c.observe(chunk);
+        }
+    }
+
     fn finish(self, end: RelayEnd) {
         let Finish {
             shared,
@@ -45,7 +53,13 @@ impl OnFinish for Finish {
             health,
             reservation,
             in_flight: _in_flight,
+            cache,
         } = self;
+        if let Some(c) = cache {
+            // Only an answer that ended well is kept (never one cut mid-stream).
+            let ended_well = !end.mid_stream_error && !end.caller_gone && rec.status < 300;
+            c.keep(&shared, ended_well, end.usage);
+        }
         rec.mid_stream_error = end.mid_stream_error;
         rec.usage = end.usage.map(|u| UsageRecord {
             input_tokens: u.input_tokens,

@@ -142,6 +142,7 @@ pub async fn start(
     let health = Health::new(options.clock, metrics.clone(), &config);
     let limiter = Arc::new(crate::state::limits::RateLimiter::new(health.store()));
     let idempotency = crate::state::idempotency::Idempotency::new(health.store());
+    let store = crate::state::store::Store::new(&config.cache);
     let shared = Arc::new(Shared {
         health,
         runtime: ArcSwap::from_pointee(Runtime::new(config)),
@@ -154,6 +155,7 @@ pub async fn start(
         reload: options.reload,
         limiter,
         idempotency,
+        store,
     });
     warn_if_fds_run_out_first(shared.runtime.load().config.server.max_connections);
     let (tx, rx) = watch::channel(false);

@@ -1,6 +1,7 @@
 //! The data-plane server: the route table and the phases of one request, in order.
 
 pub(crate) mod boundary;
+mod cache;
 mod cors;
 mod finish;
 mod lifecycle;
@@ -80,12 +81,15 @@ pub struct Shared {
     pub limiter: Arc<crate::state::limits::RateLimiter>,
     /// `Idempotency-Key`s: answers joined in flight and replayed (SPEC §12).
     pub idempotency: crate::state::idempotency::Idempotency,
+    /// The response store (SPEC §12).
+    pub store: crate::state::store::Store,
 }
 
 impl Shared {
     /// Swaps in a new config; in-flight requests keep the one they started with.
     pub fn apply(&self, config: Config) {
         self.health.sync_config(&config);
+        self.store.configure(&config.cache);
         self.runtime.store(Arc::new(Runtime::new(config)));
     }
 }
@@ -299,6 +303,17 @@ fn handle(
         };
         ctx.rule_name = plan.rule.map(str::to_owned);
         ctx.match_type = Some(plan.match_type.as_str());
+        // the response store (SPEC §12): `always` answers a hit before the walk
+        ctx.cache = cache::prepare(
+            &rt.config,
+            plan.rule,
+            &principal.name,
+            &parsed,
+            &parts.headers,
+        );
+        if let Some(hit) = ctx.cached_before_walk() {
+            return ctx.served_from_cache(&hit, engine::WalkOutput::default());
+        }
 
         // walk the chain
         let out = engine::walk(WalkInput {

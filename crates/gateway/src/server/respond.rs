@@ -7,6 +7,7 @@ use axum::body::Body;
 use axum::response::Response;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use sidetrack_config::{CallerRetryHint, Server};
+use sidetrack_dialects::canonical::ChatResponse;
 use sidetrack_dialects::{Dialect, GatewayErrorKind};
 use sidetrack_resilience::{retry, walk, ErrorKind, Outcome};
 use tokio::time::Instant;
@@ -57,6 +58,8 @@ pub struct RequestCtx {
     trace_start: Option<SystemTime>,
     /// Tokens reserved under the principal's rate limit, settled with the real usage at the end.
     pub reservation: Option<crate::state::limits::Reservation>,
+    /// How the request uses the response store (SPEC §12); `None` when its mode is `off`.
+    pub(crate) cache: Option<Box<super::cache::CacheUse>>,
     /// The record was written (or handed to the relayed body): nothing left for `Drop`.
     finished: bool,
 }
@@ -105,6 +108,7 @@ impl RequestCtx {
             headers_on: server.response_headers,
             retry_hint: server.caller_retry_hint,
             reservation: None,
+            cache: None,
             finished: false,
         }
     }
@@ -230,6 +234,17 @@ impl RequestCtx {
     /// `secrets`: the credentials of the config the request ran under, redacted from upstream
     /// error messages.
     pub fn commit(mut self, mut out: WalkOutput, secrets: &boundary::Secrets) -> Response {
+        // SPEC §12: a walk that ended without success (not a caller's 400) falls through to the
+        // response store.
+        // One test when the request does not use the store.
+        let failed = |out: &WalkOutput| {
+            out.deadline_exceeded || out.returned.as_ref().is_none_or(|r| r.fired)
+        };
+        if self.cache.is_some() && failed(&out) {
+            if let Some(hit) = self.cached_answer() {
+                return self.served_from_cache(&hit, out);
+            }
+        }
         let attempts = out.attempts.len();
         let hint = Hint::of(&out);
         if out.deadline_exceeded {
@@ -289,6 +304,41 @@ impl RequestCtx {
             }
             Some(live) => self.relay(resp, live, rec, health),
         }
+    }
+
+    /// The stored answer to this request, if it uses the store and one is there.
+    pub(crate) fn cached_answer(&self) -> Option<Arc<ChatResponse>> {
+        super::cache::lookup(&self.shared, self.cache.as_deref()?)
+    }
+
+    /// `always`: the stored answer before the walk, if any (no upstream call then).
+    pub(crate) fn cached_before_walk(&self) -> Option<Arc<ChatResponse>> {
+        let cache = self.cache.as_deref()?;
+        if cache.mode != sidetrack_config::CacheMode::Always {
+            return None;
+        }
+        super::cache::lookup(&self.shared, cache)
+    }
+
+    /// A 200 from the response store in the caller's dialect (streamed when the caller asked for
+    /// a stream), reason `servedFromCache`. `out`: the walk that ran before, if one did.
+    pub(crate) fn served_from_cache(mut self, hit: &ChatResponse, out: WalkOutput) -> Response {
+        let stream_usage = self.cache.take().is_some_and(|c| c.stream_usage());
+        let mut resp = super::cache::hit_response(hit, self.dialect, self.streamed, stream_usage);
+        if self.headers_on {
+            let h = resp.headers_mut();
+            if let Ok(id) = HeaderValue::from_str(self.request_id.as_str()) {
+                h.insert(REQUEST_ID.clone(), id);
+            }
+            h.insert(ATTEMPTS.clone(), small_number(out.attempts.len()));
+        }
+        let mut rec = self.record(RequestOutcome::Served, super::cache::SERVED_FROM_CACHE, 200);
+        rec.attempts = out.attempts;
+        rec.skipped = out.skipped;
+        rec.committed = true;
+        rec.ttft_ms = Some(ms(self.started.elapsed()));
+        self.finish(rec, None);
+        resp
     }
 
     /// Nothing on the route could be attempted (all ineligible or switched off): 503.
@@ -403,6 +453,10 @@ impl RequestCtx {
                 let mut usage = None;
                 let body = if parts.status.is_success() {
                     usage = self.dialect.response_usage(&body);
+                    if let Some(cache) = self.cache.as_deref() {
+                        let stream = is_stream_type(&parts);
+                        super::cache::store_body(&self.shared, cache, self.dialect, stream, &body);
+                    }
                     body
                 } else if parts.status.as_u16() >= 400 {
                     // Capped, and the gateway's credentials redacted (no copy when there is none).
@@ -483,7 +537,9 @@ impl RequestCtx {
         health: Arc<DestHealth>,
     ) -> Response {
         self.finished = true;
+        let cache = self.cache.take().filter(|_| resp.status().is_success());
         let finish = Finish {
+            cache: cache.and_then(|c| c.collecting(self.dialect, pipe.is_some())),
             shared: self.shared.clone(),
             started: self.started,
             trace_start: self.trace_start,

@@ -8,13 +8,14 @@
 //! - [`idempotency`]: `Idempotency-Key` — in-flight joining and replay of a key's answer.
 //! - [`clock`]: the clock breakers read (a manual one in tests).
 //!
-//! The response store (SPEC §12) joins them here.
+//! - [`store`]: the response store (SPEC §12): complete answers, LRU in memory.
 
 pub mod breakers;
 pub mod clock;
 pub mod idempotency;
 pub mod limits;
 pub mod redis;
+pub mod store;
 
 pub use breakers::{Admit, DestHealth, Health, ProbeGuard, Verdict};
 pub use clock::Clock;

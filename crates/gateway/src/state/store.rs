@@ -1,0 +1,463 @@
+//! The response store (SPEC §12): complete answers in canonical form, so a stored answer can be
+//! served in whatever dialect the caller speaks, streamed or not.
+//!
+//! This round holds exact keys in process memory: an LRU bounded by entries and by bytes, with a
+//! time to live. Two seams are left for what comes next:
+//! - [`StoreKey::partition`] hashes what a semantic match must share exactly (scope, model,
+//!   system prompt, tools, tool choice, output schema): a vector index attaches its entries to a
+//!   partition and maps a near match to an exact [`StoreKey`].
+//! - [`Tier`] is what a backend offers; the Redis mirror is a second tier behind the memory one.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use sidetrack_config::{Cache, CacheScope};
+use sidetrack_dialects::canonical::{ChatRequest, ChatResponse, Part};
+
+/// Whose answers a key belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope<'a> {
+    Principal(&'a str),
+    Shared,
+}
+
+impl<'a> Scope<'a> {
+    pub fn of(scope: CacheScope, principal: &'a str) -> Scope<'a> {
+        match scope {
+            CacheScope::Principal => Scope::Principal(principal),
+            CacheScope::Shared => Scope::Shared,
+        }
+    }
+}
+
+/// The exact key of a question: scope + requested model + the canonical request minus transport
+/// fields. The canonical form has no `stream_options`, `user` or metadata; `stream` is left out
+/// here, and so is the canonical `model` (the requested model is keyed instead). The caller's
+/// dialect plays no part: the same question through any endpoint is one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StoreKey {
+    pub exact: [u8; 32],
+    /// What a semantic match must share exactly (see the module docs).
+    pub partition: [u8; 32],
+}
+
+/// Writes JSON into a hash.
+struct HashWriter<'a>(&'a mut Sha256);
+
+impl Write for HashWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Between fields: a byte no JSON text contains, so field boundaries cannot shift.
+const SEPARATOR: &[u8] = &[0xff];
+
+fn field<T: serde::Serialize>(h: &mut Sha256, v: &T) {
+    // Serializing these plain types into a hash cannot fail.
+    let _ = serde_json::to_writer(HashWriter(h), v);
+    h.update(SEPARATOR);
+}
+
+impl StoreKey {
+    /// The key of `request` asked for `model` within `scope`. Pure.
+    pub fn of(scope: Scope<'_>, model: &str, request: &ChatRequest) -> StoreKey {
+        let mut h = Sha256::new();
+        match scope {
+            Scope::Principal(name) => {
+                h.update(b"p\xff");
+                h.update(name.as_bytes());
+            }
+            Scope::Shared => h.update(b"s"),
+        }
+        h.update(SEPARATOR);
+        h.update(model.as_bytes());
+        h.update(SEPARATOR);
+        field(&mut h, &request.system);
+        field(&mut h, &request.tools);
+        field(&mut h, &request.tool_choice);
+        field(&mut h, &request.json_schema);
+        let partition: [u8; 32] = h.finalize().into();
+        let mut h = Sha256::new();
+        h.update(partition);
+        field(&mut h, &request.messages);
+        field(&mut h, &request.max_tokens);
+        field(&mut h, &request.temperature);
+        field(&mut h, &request.top_p);
+        field(&mut h, &request.stop);
+        StoreKey {
+            exact: h.finalize().into(),
+            partition,
+        }
+    }
+}
+
+/// What an entry counts against `maxBytes`: its text, ids and arguments plus a fixed overhead per
+/// entry and per part (the key, the map and LRU slots, the `Arc`).
+pub fn entry_size(resp: &ChatResponse) -> usize {
+    const PER_ENTRY: usize = 192;
+    const PER_PART: usize = 64;
+    let parts: usize = resp
+        .content
+        .iter()
+        .map(|p| {
+            PER_PART
+                + match p {
+                    Part::Text(t) => t.len(),
+                    Part::ToolCall {
+                        id,
+                        name,
+                        arguments,
+                    } => id.len() + name.len() + arguments.len(),
+                    Part::Image { media_type, data } => media_type.len() + data.len(),
+                    Part::ToolResult {
+                        call_id, content, ..
+                    } => call_id.len() + content.len(),
+                }
+        })
+        .sum();
+    PER_ENTRY + resp.id.len() + resp.model.len() + parts
+}
+
+/// The store's bounds (`cache.maxEntries`, `cache.maxBytes`, `cache.ttlMilliseconds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    pub max_entries: usize,
+    pub max_bytes: usize,
+    pub ttl: Duration,
+}
+
+impl Bounds {
+    pub fn of(cache: &Cache) -> Bounds {
+        Bounds {
+            max_entries: cache.max_entries,
+            max_bytes: cache.max_bytes,
+            ttl: cache.ttl,
+        }
+    }
+}
+
+/// A backend of the store. The memory tier is synchronous; a Redis mirror would be consulted
+/// after a memory miss and filled after a memory insert, under the state budget (fail-open).
+pub trait Tier: Send + Sync {
+    fn get(&self, key: &StoreKey, now: Instant) -> Option<Arc<ChatResponse>>;
+    /// Stores `value` (replacing an older answer); false when it is larger than the store.
+    fn put(&self, key: StoreKey, value: Arc<ChatResponse>, now: Instant) -> bool;
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+struct Slot {
+    value: Arc<ChatResponse>,
+    size: usize,
+    expires: Instant,
+    /// Position in the LRU order.
+    tick: u64,
+}
+
+struct Lru {
+    map: HashMap<[u8; 32], Slot>,
+    /// Least recently used first.
+    order: BTreeMap<u64, [u8; 32]>,
+    tick: u64,
+    bytes: usize,
+    bounds: Bounds,
+}
+
+impl Lru {
+    fn remove(&mut self, key: &[u8; 32]) {
+        if let Some(old) = self.map.remove(key) {
+            self.order.remove(&old.tick);
+            self.bytes -= old.size;
+        }
+    }
+
+    fn next_tick(&mut self) -> u64 {
+        self.tick += 1;
+        self.tick
+    }
+
+    /// Drops least recently used entries until both bounds hold.
+    fn evict(&mut self) {
+        while self.map.len() > self.bounds.max_entries || self.bytes > self.bounds.max_bytes {
+            let Some((_, key)) = self.order.pop_first() else {
+                break;
+            };
+            if let Some(old) = self.map.remove(&key) {
+                self.bytes -= old.size;
+            }
+        }
+    }
+}
+
+/// The in-process tier: an LRU bounded by entries and bytes, each entry with its expiry.
+pub struct MemoryTier {
+    lru: Mutex<Lru>,
+}
+
+impl MemoryTier {
+    pub fn new(bounds: Bounds) -> MemoryTier {
+        MemoryTier {
+            lru: Mutex::new(Lru {
+                map: HashMap::new(),
+                order: BTreeMap::new(),
+                tick: 0,
+                bytes: 0,
+                bounds,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Lru> {
+        self.lru.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// New bounds (a config reload): evicts at once when they shrank. The TTL applies to answers
+    /// stored from now on.
+    pub fn set_bounds(&self, bounds: Bounds) {
+        let mut lru = self.lock();
+        if lru.bounds != bounds {
+            lru.bounds = bounds;
+            lru.evict();
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
+    }
+}
+
+impl Tier for MemoryTier {
+    fn get(&self, key: &StoreKey, now: Instant) -> Option<Arc<ChatResponse>> {
+        let mut lru = self.lock();
+        let (expired, old_tick) = {
+            let slot = lru.map.get(&key.exact)?;
+            (slot.expires <= now, slot.tick)
+        };
+        if expired {
+            lru.remove(&key.exact);
+            return None;
+        }
+        let tick = lru.next_tick();
+        lru.order.remove(&old_tick);
+        lru.order.insert(tick, key.exact);
+        let slot = lru.map.get_mut(&key.exact)?;
+        slot.tick = tick;
+        Some(slot.value.clone())
+    }
+
+    fn put(&self, key: StoreKey, value: Arc<ChatResponse>, now: Instant) -> bool {
+        let size = entry_size(&value);
+        let mut lru = self.lock();
+        if size > lru.bounds.max_bytes {
+            return false;
+        }
+        lru.remove(&key.exact);
+        let tick = lru.next_tick();
+        let expires = now + lru.bounds.ttl;
+        lru.order.insert(tick, key.exact);
+        lru.bytes += size;
+        lru.map.insert(
+            key.exact,
+            Slot {
+                value,
+                size,
+                expires,
+                tick,
+            },
+        );
+        lru.evict();
+        true
+    }
+
+    fn len(&self) -> usize {
+        self.lock().map.len()
+    }
+}
+
+/// The store: the memory tier now; the Redis mirror joins as a second [`Tier`].
+pub struct Store {
+    memory: MemoryTier,
+}
+
+impl Store {
+    pub fn new(cache: &Cache) -> Store {
+        Store {
+            memory: MemoryTier::new(Bounds::of(cache)),
+        }
+    }
+
+    /// Follows a reloaded config's bounds.
+    pub fn configure(&self, cache: &Cache) {
+        self.memory.set_bounds(Bounds::of(cache));
+    }
+
+    pub fn get(&self, key: &StoreKey) -> Option<Arc<ChatResponse>> {
+        self.memory.get(key, Instant::now())
+    }
+
+    pub fn put(&self, key: StoreKey, value: ChatResponse) -> bool {
+        self.memory.put(key, Arc::new(value), Instant::now())
+    }
+
+    pub fn len(&self) -> usize {
+        self.memory.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sidetrack_dialects::canonical::{Message, Role, StopReason};
+    use sidetrack_dialects::{Dialect, Usage};
+
+    fn question(text: &str) -> ChatRequest {
+        ChatRequest {
+            model: "m".into(),
+            messages: vec![Message {
+                role: Role::User,
+                content: vec![Part::Text(text.into())],
+            }],
+            max_tokens: Some(50),
+            ..ChatRequest::default()
+        }
+    }
+
+    fn answer(text: &str) -> ChatResponse {
+        ChatResponse {
+            id: "id".into(),
+            model: "m".into(),
+            content: vec![Part::Text(text.into())],
+            stop_reason: StopReason::EndTurn,
+            usage: Usage::default(),
+        }
+    }
+
+    fn key(n: u32) -> StoreKey {
+        StoreKey::of(Scope::Shared, "m", &question(&n.to_string()))
+    }
+
+    fn bounds(max_entries: usize, max_bytes: usize) -> Bounds {
+        Bounds {
+            max_entries,
+            max_bytes,
+            ttl: Duration::from_secs(60),
+        }
+    }
+
+    #[test]
+    fn the_key_ignores_transport_fields_and_the_dialect() {
+        let q = question("hi");
+        let mut streamed = q.clone();
+        streamed.stream = true;
+        streamed.model = "other-name".into();
+        let k = |r: &ChatRequest| StoreKey::of(Scope::Principal("alice"), "m", r);
+        assert_eq!(k(&q), k(&streamed));
+        // The same question through the OpenAI and the Anthropic endpoint.
+        let parse = |d: Dialect, body: &'static str| {
+            let p = d.parse_request(bytes::Bytes::from_static(body.as_bytes()), None, false);
+            d.to_canonical(&p.unwrap()).unwrap()
+        };
+        let openai = parse(
+            Dialect::OpenAiChat,
+            r#"{"model":"m","max_tokens":50,"stream":true,"stream_options":{"include_usage":true},
+                "user":"u1","metadata":{"a":"b"},"messages":[{"role":"user","content":"hi"}]}"#,
+        );
+        let anthropic = parse(
+            Dialect::AnthropicMessages,
+            r#"{"model":"m","max_tokens":50,"metadata":{"user_id":"x"},
+                "messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}"#,
+        );
+        assert_eq!(k(&openai), k(&anthropic));
+        assert_eq!(k(&openai), k(&q));
+    }
+
+    #[test]
+    fn the_key_separates_scope_model_and_content() {
+        let q = question("hi");
+        let alice = StoreKey::of(Scope::Principal("alice"), "m", &q);
+        assert_ne!(alice, StoreKey::of(Scope::Principal("bob"), "m", &q));
+        assert_ne!(alice, StoreKey::of(Scope::Shared, "m", &q));
+        assert_ne!(alice, StoreKey::of(Scope::Principal("alice"), "m2", &q));
+        let other = StoreKey::of(Scope::Principal("alice"), "m", &question("ho"));
+        assert_ne!(alice.exact, other.exact);
+        assert_eq!(
+            alice.partition, other.partition,
+            "same system, tools, model"
+        );
+        let mut sys = q.clone();
+        sys.system = vec!["be brief".into()];
+        let sys = StoreKey::of(Scope::Principal("alice"), "m", &sys);
+        assert_ne!(alice.partition, sys.partition);
+        let mut hot = q.clone();
+        hot.temperature = Some(0.5);
+        assert_ne!(
+            alice.exact,
+            StoreKey::of(Scope::Principal("alice"), "m", &hot).exact
+        );
+    }
+
+    #[test]
+    fn lru_evicts_by_entries_least_recently_used_first() {
+        let t = MemoryTier::new(bounds(2, 1 << 20));
+        let now = Instant::now();
+        assert!(t.put(key(1), Arc::new(answer("a")), now));
+        assert!(t.put(key(2), Arc::new(answer("b")), now));
+        assert!(t.get(&key(1), now).is_some(), "1 is now the most recent");
+        assert!(t.put(key(3), Arc::new(answer("c")), now));
+        assert_eq!(t.len(), 2);
+        assert!(t.get(&key(2), now).is_none(), "2 was least recently used");
+        assert!(t.get(&key(1), now).is_some());
+        assert!(t.get(&key(3), now).is_some());
+    }
+
+    #[test]
+    fn lru_evicts_by_bytes_and_skips_an_answer_larger_than_the_store() {
+        let one = entry_size(&answer(&"x".repeat(1000)));
+        let t = MemoryTier::new(bounds(100, one * 2 + 10));
+        let now = Instant::now();
+        for n in 1..=3 {
+            assert!(t.put(key(n), Arc::new(answer(&"x".repeat(1000))), now));
+        }
+        assert_eq!(t.len(), 2);
+        assert!(t.bytes() <= one * 2 + 10);
+        assert!(t.get(&key(1), now).is_none());
+        assert!(!t.put(key(9), Arc::new(answer(&"x".repeat(5000))), now));
+        assert!(t.get(&key(9), now).is_none());
+        assert_eq!(t.len(), 2, "a refused answer evicts nothing");
+        // Shrinking the bounds evicts at once.
+        t.set_bounds(bounds(1, one * 2 + 10));
+        assert_eq!(t.len(), 1);
+        assert!(t.get(&key(3), now).is_some());
+    }
+
+    #[test]
+    fn a_newer_answer_replaces_an_older_one_and_entries_expire() {
+        let t = MemoryTier::new(bounds(10, 1 << 20));
+        let now = Instant::now();
+        t.put(key(1), Arc::new(answer("old")), now);
+        t.put(key(1), Arc::new(answer("new")), now);
+        assert_eq!(t.len(), 1);
+        assert_eq!(
+            t.get(&key(1), now).unwrap().content,
+            vec![Part::Text("new".into())]
+        );
+        assert_eq!(t.bytes(), entry_size(&answer("new")));
+        let later = now + Duration::from_secs(60);
+        assert!(t.get(&key(1), later).is_none(), "expired at its TTL");
+        assert_eq!((t.len(), t.bytes()), (0, 0));
+    }
+}
