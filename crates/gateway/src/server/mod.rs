@@ -241,15 +241,10 @@ fn handle(
 
         // parse
         let fingerprint = idem::fingerprint_of(asks.idempotency_key, dialect, &ctx.path, &body);
-        let mut parsed: ParsedRequest =
-            match dialect.parse_request(body, path_model.as_deref(), path_stream) {
-                Ok(p) => p,
-                Err(e) => {
-                    return ctx.reject(GatewayErrorKind::InvalidRequest, &e.to_string(), e.why())
-                }
-            };
-        // SPEC §11: a guardrail asked for in headers is routed like one in the body.
-        parsed.note_guardrail_headers(asks.guardrail.into_iter());
+        let parsed = match parse(dialect, body, (path_model.as_deref(), path_stream), &asks) {
+            Ok(p) => p,
+            Err(r) => return ctx.refuse(r),
+        };
         ctx.requested_model = Some(parsed.model.clone());
         ctx.streamed = parsed.stream;
         // access: the principal's allow-list, for every route (a pin is checked by its model part)
@@ -257,86 +252,154 @@ fn handle(
             return ctx.refuse(r);
         }
         // idempotency (SPEC §12): a duplicate is answered here; the first of its key runs.
-        // Boxed: only keyed requests pay for the (Redis-sized) future.
         let lead = match fingerprint {
             None => None,
-            Some(keyed) => {
-                let idem = &rt.config.idempotency;
-                let begin = shared
-                    .idempotency
-                    .begin(&principal.name, keyed, idem, deadline);
-                match Box::pin(begin).await {
-                    // Boxed: held across the walk by every request's future.
-                    idem::Begin::Lead(lead) => Some(Box::new(lead)),
-                    other => return ctx.idempotent(other),
-                }
-            }
+            Some(keyed) => match lead_or_answer(&shared, &rt, &principal, keyed, deadline).await {
+                Ok(lead) => Some(lead),
+                Err(other) => return ctx.idempotent(other),
+            },
         };
 
         // admit (gateway rate limits): before any route is walked, so a refusal costs no upstream call
         if let Some(limits) = &principal.limits {
-            let estimate = parsed.features.estimated_prompt_tokens + 256;
-            // Boxed: the store's script call makes this future large, and unboxed it would size every
-            // request's future, limited or not.
-            let admit =
-                shared
-                    .limiter
-                    .admit(&principal.name, limits, ctx.request_id.as_str(), estimate);
-            match Box::pin(admit).await {
+            match admit_limits(&shared, &principal, limits, &ctx, &parsed).await {
                 Ok(reservation) => ctx.reservation = Some(reservation),
-                Err(limited) => return ctx.rate_limited(limited.retry_after),
+                Err(retry_after) => return ctx.rate_limited(retry_after),
             }
         }
 
-        // resolve route
-        let input = RouteInput {
-            model: &parsed.model,
-            principal: &principal.name,
+        let asked = Asked {
+            parsed: &parsed,
+            principal: &principal,
             sticky: sticky_header.as_deref(),
-        };
-        let plan = match routing::resolve(&rt.config, &input, &shared.picker) {
-            Resolved::Plan(plan) => plan,
-            Resolved::Unroutable => {
-                let msg = format!("no route for model `{}`", parsed.model);
-                return ctx.unroutable(&msg);
-            }
-        };
-        ctx.rule_name = plan.rule.map(str::to_owned);
-        ctx.match_type = Some(plan.match_type.as_str());
-        // the response store (SPEC §12): `always` answers a hit before the walk
-        ctx.cache = cache::prepare(
-            &rt.config,
-            plan.rule,
-            &principal.name,
-            &parsed,
-            &parts.headers,
-        );
-        if let Some(hit) = ctx.cached_before_walk() {
-            return ctx.served_from_cache(&hit, engine::WalkOutput::default());
-        }
-
-        // walk the chain
-        let out = engine::walk(WalkInput {
-            plan: &plan,
-            request: &parsed,
-            upstreams: &rt.upstreams,
             deadline,
-            stream_commit: server.stream_commit,
-            bounds: engine::attempt::Bounds::of(server),
-            picker: &shared.picker,
-            health: &shared.health,
-            metrics: &shared.metrics,
-            caller_headers: &parts.headers,
-            request_id: ctx.request_id.as_str(),
-            max_attempts: rt.config.defaults.max_attempts,
-            retry_budget: rt.config.defaults.retry_budget,
             fallback_off: server.caller_overrides && asks.fallback_off,
-        })
-        .await;
-
-        // commit and respond
-        idem::Lead::capture_opt(lead, ctx.commit(out, &rt.secrets))
+        };
+        let resp = route_walk_commit(&shared, &rt, ctx, &parts.headers, asked).await;
+        idem::Lead::capture_opt(lead, resp)
     }
+}
+
+/// What the later phases need of the request, once it is admitted.
+struct Asked<'r> {
+    parsed: &'r ParsedRequest,
+    principal: &'r Principal,
+    sticky: Option<&'r str>,
+    deadline: tokio::time::Instant,
+    /// `x-sidetrack-fallback: off`, honoured.
+    fallback_off: bool,
+}
+
+/// Phases "resolve route", the store before the walk (`always`), "walk the chain" and
+/// "commit and respond".
+async fn route_walk_commit(
+    shared: &Arc<Shared>,
+    rt: &Runtime,
+    mut ctx: RequestCtx,
+    headers: &HeaderMap,
+    asked: Asked<'_>,
+) -> Response {
+    let Asked {
+        parsed,
+        principal,
+        sticky,
+        deadline,
+        fallback_off,
+    } = asked;
+    let server = &rt.config.server;
+    let input = RouteInput {
+        model: &parsed.model,
+        principal: &principal.name,
+        sticky,
+    };
+    let plan = match routing::resolve(&rt.config, &input, &shared.picker) {
+        Resolved::Plan(plan) => plan,
+        Resolved::Unroutable => {
+            let msg = format!("no route for model `{}`", parsed.model);
+            return ctx.unroutable(&msg);
+        }
+    };
+    ctx.rule_name = plan.rule.map(str::to_owned);
+    ctx.match_type = Some(plan.match_type.as_str());
+    // the response store (SPEC §12): `always` answers a hit before the walk
+    ctx.cache = cache::prepare(&rt.config, plan.rule, &principal.name, parsed, headers);
+    if let Some(hit) = ctx.cached_before_walk() {
+        return ctx.served_from_cache(&hit, engine::WalkOutput::default());
+    }
+    let out = engine::walk(WalkInput {
+        plan: &plan,
+        request: parsed,
+        upstreams: &rt.upstreams,
+        deadline,
+        stream_commit: server.stream_commit,
+        bounds: engine::attempt::Bounds::of(server),
+        picker: &shared.picker,
+        health: &shared.health,
+        metrics: &shared.metrics,
+        caller_headers: headers,
+        request_id: ctx.request_id.as_str(),
+        max_attempts: rt.config.defaults.max_attempts,
+        retry_budget: rt.config.defaults.retry_budget,
+        fallback_off,
+    })
+    .await;
+    ctx.commit(out, &rt.secrets)
+}
+
+/// Phase "parse": the body in the caller's dialect; a guardrail asked for in headers is routed
+/// like one in the body (SPEC §11).
+fn parse(
+    dialect: Dialect,
+    body: bytes::Bytes,
+    (path_model, path_stream): (Option<&str>, bool),
+    asks: &CallerAsks<'_>,
+) -> Result<ParsedRequest, Refusal> {
+    let mut parsed = dialect
+        .parse_request(body, path_model, path_stream)
+        .map_err(|e| Refusal {
+            kind: GatewayErrorKind::InvalidRequest,
+            message: e.to_string().into(),
+            why: e.why(),
+        })?;
+    parsed.note_guardrail_headers(asks.guardrail.into_iter());
+    Ok(parsed)
+}
+
+/// Phase "idempotency" (SPEC §12) for a keyed request: this request leads its key, or the
+/// duplicate's answer (a replay, or a refusal of its key). Boxed: only keyed requests pay for the
+/// (Redis-sized) future, and the lead is held across the walk by every request's future.
+async fn lead_or_answer(
+    shared: &Shared,
+    rt: &Runtime,
+    principal: &Principal,
+    keyed: Result<Box<idem::Keyed>, &'static str>,
+    deadline: tokio::time::Instant,
+) -> Result<Box<idem::Lead>, idem::Begin> {
+    let idem = &rt.config.idempotency;
+    let begin = shared
+        .idempotency
+        .begin(&principal.name, keyed, idem, deadline);
+    match Box::pin(begin).await {
+        idem::Begin::Lead(lead) => Ok(Box::new(lead)),
+        other => Err(other),
+    }
+}
+
+/// Phase "admit (gateway rate limits)": a token reservation, or how long to wait. Boxed: the
+/// store's script call makes this future large, and unboxed it would size every request's
+/// future, limited or not.
+async fn admit_limits(
+    shared: &Shared,
+    principal: &Principal,
+    limits: &sidetrack_config::Limits,
+    ctx: &RequestCtx,
+    parsed: &ParsedRequest,
+) -> Result<crate::state::limits::Reservation, std::time::Duration> {
+    let estimate = parsed.features.estimated_prompt_tokens + 256;
+    let admit = shared
+        .limiter
+        .admit(&principal.name, limits, ctx.request_id.as_str(), estimate);
+    Box::pin(admit).await.map_err(|limited| limited.retry_after)
 }
 
 /// What the caller asks of the retry controller in its headers (SPEC §11), found in one pass over

@@ -1008,41 +1008,17 @@ return 0
         loop {
             if let Some(theirs) = waited_on.take() {
                 // The lead we waited on is gone: its failure, if it left one, is ours too.
-                let fkey = failure_key(&rkey, &theirs);
-                let failed: Result<Option<Vec<u8>>, _> =
-                    store
-                        .call(|mut c| async move {
-                            redis::cmd("GET").arg(fkey).query_async(&mut c).await
-                        })
-                        .await;
-                if let Ok(Some(v)) = failed {
-                    if let Some(answer) = decode(&v) {
-                        return Begin::Replay(lead.capture(replay_stored(&Arc::new(answer))));
-                    }
+                if let Some(answer) = failure_left(store, &rkey, &theirs).await {
+                    return Begin::Replay(lead.capture(replay_stored(&Arc::new(answer))));
                 }
             }
-            let claimed: Result<Option<String>, Unavailable> = {
-                let (k, m) = (rkey.clone(), marker.clone());
-                store
-                    .call(|mut c| async move {
-                        redis::cmd("SET")
-                            .arg(k)
-                            .arg(m)
-                            .arg("NX")
-                            .arg("PX")
-                            .arg(LEASE.as_millis() as u64)
-                            .query_async(&mut c)
-                            .await
-                    })
-                    .await
-            };
-            match claimed {
+            match set_marker(store, &rkey, &marker).await {
                 Err(Unavailable) => return Begin::Lead(lead),
-                Ok(Some(_)) => {
+                Ok(true) => {
                     lead.remote = Some(claim(store, rkey, marker));
                     return Begin::Lead(lead);
                 }
-                Ok(None) => {}
+                Ok(false) => {}
             }
             match look(store, &rkey).await {
                 Err(Unavailable) => return Begin::Lead(lead),
@@ -1061,24 +1037,67 @@ return 0
                         return Begin::Mismatch;
                     }
                     // Wait until it is done, gone or replaced.
-                    loop {
-                        if Instant::now() + POLL >= deadline {
-                            // Waited our whole deadline: run ourselves.
-                            return Begin::Lead(lead);
-                        }
-                        tokio::time::sleep(POLL).await;
-                        match look(store, &rkey).await {
-                            Err(Unavailable) => return Begin::Lead(lead),
-                            Ok(Seen::InFlight { marker: now, .. }) if now == m => continue,
-                            Ok(_) => {
-                                waited_on = Some(m);
-                                break;
-                            }
-                        }
+                    match wait_out(store, &rkey, &m, deadline).await {
+                        Waited::RunOurselves => return Begin::Lead(lead),
+                        Waited::Changed => waited_on = Some(m),
                     }
                 }
             }
         }
+    }
+
+    /// How waiting on another replica's in-flight marker ended.
+    enum Waited {
+        /// Our deadline would pass, or the store went away: run the request ourselves.
+        RunOurselves,
+        /// The marker is done, gone or replaced: look again.
+        Changed,
+    }
+
+    /// Polls the key until the marker `m` is no longer there, within `deadline`.
+    async fn wait_out(store: &Arc<RedisState>, rkey: &str, m: &[u8], deadline: Instant) -> Waited {
+        loop {
+            if Instant::now() + POLL >= deadline {
+                return Waited::RunOurselves;
+            }
+            tokio::time::sleep(POLL).await;
+            match look(store, rkey).await {
+                Err(Unavailable) => return Waited::RunOurselves,
+                Ok(Seen::InFlight { marker: now, .. }) if now == m => continue,
+                Ok(_) => return Waited::Changed,
+            }
+        }
+    }
+
+    /// `SET key marker NX PX lease`: did this replica become the lead?
+    async fn set_marker(
+        store: &Arc<RedisState>,
+        rkey: &str,
+        marker: &[u8],
+    ) -> Result<bool, Unavailable> {
+        let (k, m) = (rkey.to_owned(), marker.to_vec());
+        let set: Result<Option<String>, Unavailable> = store
+            .call(|mut c| async move {
+                redis::cmd("SET")
+                    .arg(k)
+                    .arg(m)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(LEASE.as_millis() as u64)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await;
+        set.map(|s| s.is_some())
+    }
+
+    /// The failure another replica's lead (marker `theirs`) left for the duplicates that waited.
+    async fn failure_left(store: &Arc<RedisState>, rkey: &str, theirs: &[u8]) -> Option<Answer> {
+        let fkey = failure_key(rkey, theirs);
+        let failed: Result<Option<Vec<u8>>, _> = store
+            .call(|mut c| async move { redis::cmd("GET").arg(fkey).query_async(&mut c).await })
+            .await;
+        decode(&failed.ok()??)
     }
 
     /// The key's id in Redis (after `{keyPrefix}idem:`): a hash of the principal and the key.
