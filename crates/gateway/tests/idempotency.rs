@@ -524,3 +524,22 @@ async fn a_crashed_replicas_marker_frees_the_key_when_its_lease_ends() {
     );
     assert_eq!(env.hits("m-a"), 1);
 }
+
+/// A stream that fails after the commit (the caller got the gateway's mid-stream error event) is
+/// a failure: it is not stored, and the next duplicate calls upstream again.
+#[tokio::test]
+async fn a_stream_that_fails_after_the_commit_is_not_replayed() {
+    let broken = Behaviour {
+        drop_after_chunks: Some(2),
+        ..Behaviour::default()
+    };
+    let env = start(CONFIG, behaviours(&[("m-cut", broken)])).await;
+    let first = post(&env, "key-a", "cut-1", body("m-cut", true, "hi")).await;
+    assert_eq!(first.status, 200, "committed before it broke");
+    assert!(first.body.contains("error"), "{}", first.body);
+    let rec = env.record(1).await;
+    assert!(rec.mid_stream_error);
+    let again = post(&env, "key-a", "cut-1", body("m-cut", true, "hi")).await;
+    assert_eq!(again.header("x-sidetrack-idempotent-replay"), None);
+    assert_eq!(env.hits("m-cut"), 2, "the duplicate ran again");
+}

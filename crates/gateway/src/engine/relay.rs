@@ -364,6 +364,12 @@ impl<F: OnFinish> RelayBody<F> {
         if let Some(f) = self.on_finish.as_mut() {
             f.observe(&b);
         }
+        // The last frame: the server will not poll again (`is_end_stream`), so the body's end is
+        // settled now — before whatever wraps this body sees its end (an Idempotency-Key lead
+        // must know whether the stream failed).
+        if self.is_end_stream() {
+            self.finish();
+        }
         Poll::Ready(Some(Ok(Frame::data(b))))
     }
 }

@@ -35,6 +35,9 @@ pub(super) struct Finish {
     pub in_flight: Option<InFlightGuard>,
     /// The answer collected for the response store (SPEC §12), when the request uses it.
     pub cache: Option<Box<super::cache::Collecting>>,
+    /// Set when the stream fails after the commit, for the request's Idempotency-Key lead (SPEC
+    /// §12: a failed answer is never stored or replayed).
+    pub stream_failed: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl OnFinish for Finish {
@@ -54,6 +57,7 @@ impl OnFinish for Finish {
             reservation,
             in_flight: _in_flight,
             cache,
+            stream_failed: self_stream_failed,
         } = self;
         if let Some(c) = cache {
             // Only an answer that ended well is kept (never one cut mid-stream).
@@ -70,6 +74,9 @@ impl OnFinish for Finish {
             rec.outcome = RequestOutcome::Cancelled;
             rec.reason = CALLER_CANCELLED.into();
         } else if end.mid_stream_error {
+            if let Some(flag) = &self_stream_failed {
+                flag.store(true, std::sync::atomic::Ordering::Release);
+            }
             rec.outcome = RequestOutcome::Error;
             // The knob or event that ended the stream (e.g. `streamIdleTimeoutMilliseconds`) on
             // the served attempt's record, unless it already has one.

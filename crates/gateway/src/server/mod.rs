@@ -255,7 +255,10 @@ fn handle(
         let lead = match fingerprint {
             None => None,
             Some(keyed) => match lead_or_answer(&shared, &rt, &principal, keyed, deadline).await {
-                Ok(lead) => Some(lead),
+                Ok(lead) => {
+                    ctx.stream_failed = Some(lead.stream_failed());
+                    Some(lead)
+                }
                 Err(other) => return ctx.idempotent(other),
             },
         };

@@ -58,6 +58,8 @@ pub struct RequestCtx {
     trace_start: Option<SystemTime>,
     /// Tokens reserved under the principal's rate limit, settled with the real usage at the end.
     pub reservation: Option<crate::state::limits::Reservation>,
+    /// The Idempotency-Key lead's flag for a stream that fails after the commit (SPEC §12).
+    pub stream_failed: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// How the request uses the response store (SPEC §12); `None` when its mode is `off`.
     pub(crate) cache: Option<Box<super::cache::CacheUse>>,
     /// The record was written (or handed to the relayed body): nothing left for `Drop`.
@@ -108,6 +110,7 @@ impl RequestCtx {
             headers_on: server.response_headers,
             retry_hint: server.caller_retry_hint,
             reservation: None,
+            stream_failed: None,
             cache: None,
             finished: false,
         }
@@ -547,6 +550,7 @@ impl RequestCtx {
             health,
             reservation: self.reservation.take(),
             in_flight: self.in_flight.take(),
+            stream_failed: self.stream_failed.take(),
         };
         let body = RelayBody::new(held, rest, pipe, self.dialect, deadline, finish);
         let (parts, _) = resp.into_parts();

@@ -253,6 +253,7 @@ impl Idempotency {
             ttl: limits.ttl,
             done: false,
             remote: None,
+            stream_failed: Arc::default(),
         })
     }
 
@@ -323,9 +324,17 @@ pub struct Lead {
     done: bool,
     /// This lead holds the key's in-flight marker in Redis too.
     remote: Option<remote::Claim>,
+    /// Set by the relay when the answer's stream failed after the commit (the caller got the
+    /// gateway's mid-stream error event): such an answer ends like a cut one, never stored.
+    stream_failed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Lead {
+    /// The flag the relay sets when this answer's stream fails after the commit.
+    pub fn stream_failed(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.stream_failed.clone()
+    }
+
     /// Records `resp` as it goes to the caller: its head now, its body as the caller reads it.
     /// A failure frees the key at once (a retry really retries).
     pub fn capture(self, resp: Response) -> Response {
@@ -364,6 +373,10 @@ impl Lead {
         if std::mem::replace(&mut self.done, true) {
             return;
         }
+        let failed = self
+            .stream_failed
+            .load(std::sync::atomic::Ordering::Acquire);
+        let end = if failed { End::Cut } else { end };
         let answer = {
             let mut rec = lock(&self.flight.rec);
             rec.end = Some(end);
