@@ -66,7 +66,7 @@ pub fn body_rewritten(headers: &mut HeaderMap) {
 }
 
 /// The gateway's own credentials, gathered once per loaded config (the `Runtime`): every target's
-/// `apiKey`, the AWS credentials Bedrock targets use (from the environment), `server.adminToken`,
+/// `apiKey`, `entraToken` and `headers` values, the AWS credentials Bedrock targets use (from the environment), `server.adminToken`,
 /// the plain `auth.keys`, and a Redis password. Upstream error messages are searched for them.
 #[derive(Default)]
 pub struct Secrets {
@@ -94,7 +94,12 @@ impl Secrets {
             config
                 .targets
                 .iter()
-                .filter_map(|t| t.api_key.as_ref())
+                .flat_map(|t| {
+                    t.api_key
+                        .iter()
+                        .chain(t.entra_token.iter())
+                        .chain(t.headers.iter().map(|(_, v)| v))
+                })
                 .map(|k| k.expose().to_owned()),
         );
         if config
