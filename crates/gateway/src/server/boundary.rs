@@ -520,7 +520,8 @@ auth:
 state: { redis: { url: \"redis://u:redis-pass-1@127.0.0.1:6379/0\" } }
 targets:
   - { name: o, provider: openai, apiKey: sk-target-1 }
-  - { name: b, provider: bedrock, region: us-east-1 }
+  - { name: b, provider: bedrock, region: us-east-1, headers: { x-tenant: header-value-1 } }
+  - { name: z, provider: azure, baseUrl: \"https://r.openai.azure.com\", entraToken: entra-token-1, apiVersion: \"2024-10-21\" }
 ";
         let cfg = sidetrack_config::load_str(yaml, "t.yaml").unwrap();
         let env = |k: &str| match k {
@@ -536,6 +537,8 @@ targets:
             "sk-target-1",
             "AKIAEXAMPLE1",
             "aws-secret-1",
+            "header-value-1",
+            "entra-token-1",
         ] {
             assert_eq!(s.redact(v), REDACTED, "{v}");
         }
