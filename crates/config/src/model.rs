@@ -280,6 +280,8 @@ pub enum ProviderKind {
     OpenAi,
     Anthropic,
     Bedrock,
+    /// Azure OpenAI (SPEC §13): OpenAI's wire format on Azure's deployment URLs.
+    Azure,
 }
 
 impl ProviderKind {
@@ -288,6 +290,7 @@ impl ProviderKind {
             ProviderKind::OpenAi => "openai",
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Bedrock => "bedrock",
+            ProviderKind::Azure => "azure",
         }
     }
 }
@@ -307,6 +310,14 @@ pub struct Target {
     /// Per-target breaker overrides, already merged over `defaults.circuitBreaker`.
     pub circuit_breaker: BreakerPolicy,
     pub capabilities: Capabilities,
+    /// `provider: azure`: the `api-version` query value of the deployment URLs (required there).
+    pub api_version: Option<String>,
+    /// `provider: azure`: a Microsoft Entra ID token, sent as `Authorization: Bearer` (the
+    /// alternative to `apiKey`, which Azure takes as `api-key`).
+    pub entra_token: Option<Secret>,
+    /// `headers:` — extra request headers for every request to this target (SPEC §13), names
+    /// lower-cased and checked, values resolved. Every value is treated as a secret.
+    pub headers: Vec<(String, Secret)>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

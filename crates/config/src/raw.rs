@@ -153,6 +153,9 @@ pub(crate) struct RawTarget {
     pub connect_timeout_milliseconds: Option<i64>,
     pub circuit_breaker: Option<RawBreaker>,
     pub capabilities: Option<RawCapabilities>,
+    pub api_version: Option<String>,
+    pub entra_token: Option<String>,
+    pub headers: Option<std::collections::BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -212,6 +212,10 @@ fn target(t: &Target) -> Value {
             "jsonSchema": t.capabilities.json_schema,
             "contextWindow": t.capabilities.context_window,
         },
+        "apiVersion": t.api_version,
+        "entraToken": t.entra_token.as_ref().map(|_| REDACTED),
+        // Names shown, values hidden: a header value is as secret as a key (SPEC §13).
+        "headers": t.headers.iter().map(|(name, _)| (name.clone(), Value::from(REDACTED))).collect::<Map<String, Value>>(),
     })
 }
 

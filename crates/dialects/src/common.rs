@@ -205,7 +205,9 @@ impl ErrorFields {
             error_type: text(err.get("type")),
             code: text(err.get("code")),
             code_upper: text(err.get("Code")),
-            detail_code: text(err.get("details").and_then(|d| d.get("error_code"))),
+            // Anthropic's `details.error_code`; Azure OpenAI's `innererror.code`.
+            detail_code: text(err.get("details").and_then(|d| d.get("error_code")))
+                .or_else(|| text(err.get("innererror").and_then(|d| d.get("code")))),
             aws_type: text(v.get("__type")),
             message: text(err.get("message").or_else(|| err.get("Message")))
                 .or_else(|| text(v.get("error"))),

@@ -52,7 +52,13 @@ impl Family {
 /// An OpenAI (chat or Responses) error answer: `{"error":{"message","type","param","code"}}`.
 pub fn openai(status: u16, body: &[u8]) -> Option<ErrorClass> {
     let f = fields(body);
-    let codes = [f.code.as_deref(), f.error_type.as_deref(), None, None];
+    // Azure OpenAI names a content-filter block in `innererror.code` as well.
+    let codes = [
+        f.code.as_deref(),
+        f.error_type.as_deref(),
+        f.detail_code.as_deref(),
+        None,
+    ];
     classify(Family::OpenAi, status, codes, f.message.as_deref())
 }
 
@@ -120,6 +126,7 @@ fn class_of_code(code: &str) -> Option<ErrorClass> {
         ("context_length_exceeded", ErrorClass::ContextLengthExceeded),
         ("content_filter", ErrorClass::ContentFiltered),
         ("content_policy_violation", ErrorClass::ContentFiltered),
+        ("ResponsibleAIPolicyViolation", ErrorClass::ContentFiltered),
         ("insufficient_quota", ErrorClass::QuotaExhausted),
         ("billing_error", ErrorClass::QuotaExhausted),
         ("enforced_spend_limit_reached", ErrorClass::QuotaExhausted),

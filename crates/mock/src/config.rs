@@ -121,6 +121,7 @@ pub struct Behaviour {
     /// A 200 answer stopped by the provider's content filter: OpenAI chat `finish_reason:
     /// "content_filter"`, Responses `status: "incomplete"` (`reason: "content_filter"`),
     /// Anthropic and Bedrock invoke `stop_reason: "refusal"`, Converse `guardrail_intervened`.
+    /// On an Azure path: Azure's content-filter 400 instead (see `dialect::azure`).
     #[serde(default, skip_serializing_if = "is_false")]
     pub content_filtered: bool,
 }

@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 
 use crate::body::{self, MockBody};
 use crate::config::{Behaviour, Hostile};
-use crate::dialect::{embeddings, percent_decode, Dialect, RenderContext};
+use crate::dialect::{azure, embeddings, percent_decode, Dialect, RenderContext};
 use crate::engine::{self, MockError};
 use crate::state::Shared;
 
@@ -61,6 +61,20 @@ pub(crate) async fn handle(
         return Ok(Dialect::OpenAiChat.render_error(&ctx, &error));
     };
     let dialect = route.dialect;
+    // Azure: its auth and `api-version` first; a deployment path names the model, so a body
+    // without `model` (Azure needs none) is given the deployment's.
+    let body = match (&route.model_id, route.azure) {
+        (Some(deployment), true) => azure::with_model(body, deployment),
+        _ => body,
+    };
+    if route.azure {
+        if !azure::authorized(&parts.headers) {
+            return Ok(azure::unauthorized(&ctx));
+        }
+        if route.model_id.is_some() && azure::api_version(parts.uri.query()).is_none() {
+            return Ok(azure::missing_api_version(&ctx));
+        }
+    }
 
     let parsed = match dialect {
         Dialect::Embeddings(api) => {
@@ -71,15 +85,19 @@ pub(crate) async fn handle(
             .parse_request(&route, &body)
             .map(|(f, j)| (f, j, None)),
     };
-    let (facts, json, embed) = match parsed {
+    let (mut facts, json, embed) = match parsed {
         Ok(parsed) => parsed,
         Err(error) => {
             ctx.model = route.model_id.unwrap_or_default();
             return Ok(dialect.render_error(&ctx, &error));
         }
     };
+    if let (true, Some(deployment)) = (route.azure, &route.model_id) {
+        facts.model = deployment.clone();
+    }
     let record = json!({
         "path": path,
+        "query": parts.uri.query(),
         "model": facts.model,
         "auth": auth_scheme(&parts.headers),
         "headers": headers_json(&parts.headers),
@@ -119,6 +137,9 @@ pub(crate) async fn handle(
                 HeaderValue::from_static("application/json"),
             );
             res
+        }
+        (_, engine::Outcome::Success(success)) if route.azure && success.content_filtered => {
+            azure::content_filtered(&ctx)
         }
         (_, engine::Outcome::Success(success)) => match &embed {
             Some(request) => embeddings::render_success(&ctx, success, request),
@@ -215,7 +236,7 @@ fn unix_now() -> u64 {
 }
 
 /// How the request authenticated: `sigv4` (`Authorization: AWS4-HMAC-SHA256 ...`), `bearer`,
-/// `x-api-key`, `other`, or `none`.
+/// `x-api-key`, `api-key` (Azure), `other`, or `none`.
 fn auth_scheme(headers: &HeaderMap) -> &'static str {
     match headers
         .get(http::header::AUTHORIZATION)
@@ -225,6 +246,7 @@ fn auth_scheme(headers: &HeaderMap) -> &'static str {
         Some(v) if v.len() >= 7 && v[..7].eq_ignore_ascii_case(b"bearer ") => "bearer",
         Some(_) => "other",
         None if headers.contains_key("x-api-key") => "x-api-key",
+        None if headers.contains_key("api-key") => "api-key",
         None => "none",
     }
 }

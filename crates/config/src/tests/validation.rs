@@ -942,9 +942,9 @@ fn target_names_are_unique_and_slash_free() {
 #[test]
 fn provider_must_be_known() {
     assert_eq!(
-        one_error("targets:\n  - name: a\n    provider: azure\n"),
-        "t.yaml:3:15: targets[0].provider: unknown value `azure`; expected one of `openai`, \
-         `anthropic`, `bedrock`"
+        one_error("targets:\n  - name: a\n    provider: cohere\n"),
+        "t.yaml:3:15: targets[0].provider: unknown value `cohere`; expected one of `openai`, \
+         `anthropic`, `bedrock`, `azure`"
     );
 }
 
@@ -1430,4 +1430,113 @@ fn cache_defaults_ranges_and_rule_overrides() {
     let json = c.redacted_json();
     assert_eq!(json["rules"][0]["cache"]["mode"], "always");
     assert_eq!(json["cache"]["maxBytes"], 256 * 1024 * 1024);
+}
+
+// --- provider: azure and per-target headers (SPEC §13) ---
+
+#[test]
+fn azure_target_loads_with_its_keys_and_headers_resolved() {
+    let c = load(
+        "targets:\n  - name: az\n    provider: azure\n    baseUrl: https://res.openai.azure.com/\n    apiKey: env:OPENAI_API_KEY\n    apiVersion: \"2024-10-21\"\n    headers: { X-Tenant: acme, x-token: env:TEAM_A_KEY }\n",
+    )
+    .unwrap();
+    let t = &c.targets[0];
+    assert_eq!(t.provider, ProviderKind::Azure);
+    assert_eq!(t.base_url, "https://res.openai.azure.com");
+    assert_eq!(t.api_version.as_deref(), Some("2024-10-21"));
+    assert!(t.entra_token.is_none());
+    let h: Vec<(&str, &str)> = t
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.expose()))
+        .collect();
+    assert_eq!(h, [("x-tenant", "acme"), ("x-token", "team-a-secret")]);
+    // Preview versions are accepted too.
+    let c = load("targets:\n  - name: az\n    provider: azure\n    baseUrl: https://r.openai.azure.com\n    entraToken: env:OPENAI_API_KEY\n    apiVersion: 2025-04-01-preview\n").unwrap();
+    assert_eq!(
+        c.targets[0].entra_token.as_ref().unwrap().expose(),
+        "sk-openai-secret"
+    );
+    assert!(c.targets[0].api_key.is_none());
+}
+
+#[test]
+fn azure_target_needs_base_url_api_version_and_exactly_one_credential() {
+    let e = errors("targets:\n  - name: az\n    provider: azure\n");
+    assert_eq!(
+        e,
+        [
+            "t.yaml:2:5: targets[0].baseUrl: an azure target needs `baseUrl` (https://<resource>.openai.azure.com)",
+            "t.yaml:2:5: targets[0].apiVersion: an azure target needs `apiVersion` (e.g. \"2024-10-21\")",
+            "t.yaml:2:5: targets[0].apiKey: an azure target needs `apiKey` (sent as `api-key`) or `entraToken` (a Microsoft Entra ID token)",
+        ]
+    );
+    assert_eq!(
+        one_error("targets:\n  - name: az\n    provider: azure\n    baseUrl: https://r.openai.azure.com\n    apiKey: k1234\n    entraToken: t1234\n    apiVersion: \"2024-10-21\"\n"),
+        "t.yaml:6:17: targets[0].entraToken: give either `apiKey` (sent as `api-key`) or `entraToken` (sent as a Bearer token), not both"
+    );
+    assert_eq!(
+        one_error("targets:\n  - name: az\n    provider: azure\n    baseUrl: https://r.openai.azure.com\n    apiKey: k1234\n    apiVersion: \"21-10-2024\"\n"),
+        "t.yaml:6:17: targets[0].apiVersion: `21-10-2024` is not an Azure OpenAI API version (YYYY-MM-DD, optionally with -preview)"
+    );
+    assert_eq!(
+        one_error("targets:\n  - name: o\n    provider: openai\n    apiVersion: \"2024-10-21\"\n"),
+        "t.yaml:4:17: targets[0].apiVersion: only an azure target takes this key"
+    );
+}
+
+#[test]
+fn headers_are_checked_where_they_are_written() {
+    let src = "targets:\n  - name: o\n    provider: openai\n    headers:\n      Authorization: x1234\n      x-amz-date: x1234\n      \"bad name\": x1234\n      x-missing: env:NOPE_NOT_SET\n      x-ok: ok12\n";
+    assert_eq!(
+        errors(src),
+        [
+            format!("t.yaml:5:22: targets[0].headers.Authorization: `Authorization` is set by the gateway itself and cannot be configured (reserved: {}, x-amz-*)", crate::validate::RESERVED_HEADERS.join(", ")),
+            format!("t.yaml:6:19: targets[0].headers.x-amz-date: `x-amz-date` is set by the gateway itself and cannot be configured (reserved: {}, x-amz-*)", crate::validate::RESERVED_HEADERS.join(", ")),
+            "t.yaml:7:19: targets[0].headers.bad name: `bad name` is not a valid header name (RFC 9110 token characters only)".to_string(),
+            "t.yaml:8:18: targets[0].headers.x-missing: environment variable `NOPE_NOT_SET` is not set".to_string(),
+        ]
+    );
+}
+
+#[test]
+fn headers_are_bounded_in_count_and_value_size() {
+    let many: String = (0..33).map(|i| format!("      x-h{i}: v1234\n")).collect();
+    let e = errors(&format!(
+        "targets:\n  - name: o\n    provider: openai\n    headers:\n{many}"
+    ));
+    assert_eq!(
+        e,
+        ["t.yaml:5:7: targets[0].headers: 33 headers; at most 32 are allowed"]
+    );
+    let big = "v".repeat(8 * 1024 + 1);
+    assert_eq!(
+        one_error(&format!(
+            "targets:\n  - name: o\n    provider: openai\n    headers: {{ x-big: {big} }}\n"
+        )),
+        "t.yaml:4:23: targets[0].headers.x-big: value is 8193 bytes; at most 8192 are allowed"
+    );
+    let dup =
+        "targets:\n  - name: o\n    provider: openai\n    headers: { X-A: v1234, x-a: v5678 }\n";
+    assert!(
+        one_error(dup).contains("header `x-a` is given twice"),
+        "{dup}"
+    );
+}
+
+#[test]
+fn admin_config_shows_header_names_and_hides_values() {
+    let c = load("targets:\n  - name: az\n    provider: azure\n    baseUrl: https://r.openai.azure.com\n    entraToken: env:OPENAI_API_KEY\n    apiVersion: \"2024-10-21\"\n    headers: { x-tenant: acme-tenant, x-token: env:TEAM_A_KEY }\n").unwrap();
+    let v = c.redacted_json();
+    let t = &v["targets"][0];
+    assert_eq!(
+        t["headers"],
+        serde_json::json!({"x-tenant": "***", "x-token": "***"})
+    );
+    assert_eq!(t["entraToken"], "***");
+    assert_eq!(t["apiVersion"], "2024-10-21");
+    let text = v.to_string();
+    for secret in ["acme-tenant", "team-a-secret", "sk-openai-secret"] {
+        assert!(!text.contains(secret), "{secret} leaked");
+    }
 }

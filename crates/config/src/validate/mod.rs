@@ -6,6 +6,8 @@
 
 mod rules;
 mod targets;
+#[cfg(test)]
+pub(crate) use targets::RESERVED_HEADERS;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

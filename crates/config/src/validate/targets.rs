@@ -59,6 +59,7 @@ fn target(
         ("openai", ProviderKind::OpenAi),
         ("anthropic", ProviderKind::Anthropic),
         ("bedrock", ProviderKind::Bedrock),
+        ("azure", ProviderKind::Azure),
     ];
     let provider = ctx.one_of(&t.provider, &choices, &join_key(path, "provider"));
 
@@ -107,6 +108,13 @@ fn target(
                 String::new()
             }
         },
+        (None, Some(ProviderKind::Azure)) => {
+            ctx.err(
+                &base_url_path,
+                "an azure target needs `baseUrl` (https://<resource>.openai.azure.com)",
+            );
+            String::new()
+        }
         (None, None) => String::new(),
     };
 
@@ -114,6 +122,8 @@ fn target(
         .api_key
         .as_deref()
         .and_then(|k| ctx.secret(k, &join_key(path, "apiKey")));
+    let (api_version, entra_token) = azure_keys(ctx, t, provider, path);
+    let headers = headers(ctx, t.headers.as_ref(), path);
     let models = match &t.models {
         Some(m) => {
             let models_path = join_key(path, "models");
@@ -163,7 +173,187 @@ fn target(
         connect_timeout,
         circuit_breaker,
         capabilities,
+        api_version,
+        entra_token,
+        headers,
     }
+}
+
+/// `apiVersion` and `entraToken`: azure's own keys (SPEC §13). An azure target needs
+/// `apiVersion` and exactly one of `apiKey` / `entraToken`; other kinds take neither.
+fn azure_keys(
+    ctx: &mut Ctx<'_>,
+    t: &RawTarget,
+    provider: Option<ProviderKind>,
+    path: &str,
+) -> (Option<String>, Option<Secret>) {
+    let version_path = join_key(path, "apiVersion");
+    let entra_path = join_key(path, "entraToken");
+    if provider != Some(ProviderKind::Azure) {
+        if provider.is_some() {
+            for (written, key_path) in [
+                (t.api_version.is_some(), &version_path),
+                (t.entra_token.is_some(), &entra_path),
+            ] {
+                if written {
+                    ctx.err(key_path, "only an azure target takes this key");
+                }
+            }
+        }
+        return (None, None);
+    }
+    let api_version = match &t.api_version {
+        None => {
+            ctx.err(
+                &version_path,
+                "an azure target needs `apiVersion` (e.g. \"2024-10-21\")",
+            );
+            None
+        }
+        Some(v) if !api_version_ok(v) => {
+            ctx.err(
+                &version_path,
+                format!("`{v}` is not an Azure OpenAI API version (YYYY-MM-DD, optionally with -preview)"),
+            );
+            None
+        }
+        Some(v) => Some(v.clone()),
+    };
+    let entra_token = t
+        .entra_token
+        .as_deref()
+        .and_then(|k| ctx.secret(k, &entra_path));
+    match (t.api_key.is_some(), t.entra_token.is_some()) {
+        (true, true) => ctx.err(
+            &entra_path,
+            "give either `apiKey` (sent as `api-key`) or `entraToken` (sent as a Bearer token), not both",
+        ),
+        (false, false) => ctx.err(
+            &join_key(path, "apiKey"),
+            "an azure target needs `apiKey` (sent as `api-key`) or `entraToken` (a Microsoft Entra ID token)",
+        ),
+        _ => {}
+    }
+    (api_version, entra_token)
+}
+
+/// `YYYY-MM-DD` or `YYYY-MM-DD-preview` (checked loosely: digits and dashes in place).
+fn api_version_ok(v: &str) -> bool {
+    let date = v.strip_suffix("-preview").unwrap_or(v).as_bytes();
+    date.len() == 10
+        && date.iter().enumerate().all(|(i, b)| match i {
+            4 | 7 => *b == b'-',
+            _ => b.is_ascii_digit(),
+        })
+}
+
+/// At most this many `headers` on one target.
+pub const MAX_TARGET_HEADERS: usize = 32;
+/// The longest `headers` value (after `env:` is resolved).
+pub const MAX_TARGET_HEADER_VALUE_BYTES: usize = 8 * 1024;
+
+/// Header names a target's `headers` must not set: what the gateway itself sets for auth, framing
+/// and signing (credentials, `host`, the body's length and type, hop-by-hop headers, SigV4's
+/// `x-amz-*`, Anthropic's version). Matched ASCII case-insensitively; `x-amz-` as a prefix.
+pub const RESERVED_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "api-key",
+    "x-api-key",
+    "x-goog-api-key",
+    "anthropic-version",
+    "host",
+    "content-length",
+    "content-type",
+    "content-encoding",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+fn reserved_header(name: &str) -> bool {
+    RESERVED_HEADERS.contains(&name) || name.starts_with("x-amz-")
+}
+
+/// An RFC 9110 token (`tchar`s only, at least one).
+fn header_token(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// `headers:` — names checked and lower-cased, values resolved like `apiKey` (`env:NAME`).
+fn headers(
+    ctx: &mut Ctx<'_>,
+    raw: Option<&std::collections::BTreeMap<String, String>>,
+    path: &str,
+) -> Vec<(String, Secret)> {
+    let Some(raw) = raw else { return Vec::new() };
+    let headers_path = join_key(path, "headers");
+    if raw.len() > MAX_TARGET_HEADERS {
+        ctx.err(
+            &headers_path,
+            format!(
+                "{} headers; at most {MAX_TARGET_HEADERS} are allowed",
+                raw.len()
+            ),
+        );
+    }
+    let mut out: Vec<(String, Secret)> = Vec::with_capacity(raw.len());
+    for (name, written) in raw {
+        let at = join_key(&headers_path, name);
+        let lower = name.to_ascii_lowercase();
+        if !header_token(name) {
+            ctx.err(
+                &at,
+                format!("`{name}` is not a valid header name (RFC 9110 token characters only)"),
+            );
+            continue;
+        }
+        if reserved_header(&lower) {
+            ctx.err(
+                &at,
+                format!("`{name}` is set by the gateway itself and cannot be configured (reserved: {}, x-amz-*)", RESERVED_HEADERS.join(", ")),
+            );
+            continue;
+        }
+        if out.iter().any(|(n, _)| *n == lower) {
+            ctx.err(
+                &at,
+                format!("header `{name}` is given twice (names are case-insensitive)"),
+            );
+            continue;
+        }
+        let Some(value) = ctx.secret(written, &at) else {
+            continue;
+        };
+        let v = value.expose();
+        if v.len() > MAX_TARGET_HEADER_VALUE_BYTES {
+            ctx.err(
+                &at,
+                format!(
+                    "value is {} bytes; at most {MAX_TARGET_HEADER_VALUE_BYTES} are allowed",
+                    v.len()
+                ),
+            );
+            continue;
+        }
+        if v.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+            // Never echo the value: it may be a secret.
+            ctx.err(
+                &at,
+                "value holds a control character (CR, LF, NUL, ...) and cannot be a header value",
+            );
+            continue;
+        }
+        out.push((lower, value));
+    }
+    out
 }
 
 /// The breaker knobs in SPEC order; `overridden` is kept in this order.

@@ -3,13 +3,14 @@
 //! the HTTP request (URL, auth, headers, signing).
 
 mod anthropic;
+mod azure;
 mod bedrock;
 mod openai;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Uri};
+use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 use http_body_util::Full;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -58,6 +59,8 @@ pub struct Endpoint {
     host: Option<HeaderValue>,
     /// The provider's credential header value (sensitive); `Err` when the key cannot be a header.
     credential: Option<Result<HeaderValue, ()>>,
+    /// The target's `headers` (SPEC §13), values marked sensitive; checked at load.
+    headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl Endpoint {
@@ -66,6 +69,8 @@ impl Endpoint {
             ProviderKind::OpenAi => (openai::PATHS, bearer),
             ProviderKind::Anthropic => (anthropic::PATHS, str::to_owned),
             ProviderKind::Bedrock => (&[], bearer),
+            ProviderKind::Azure if target.api_key.is_some() => (azure::PATHS, str::to_owned),
+            ProviderKind::Azure => (azure::PATHS, bearer),
         };
         let uris = paths
             .iter()
@@ -80,11 +85,24 @@ impl Endpoint {
         let credential = target
             .api_key
             .as_ref()
+            .or(target.entra_token.as_ref())
             .map(|k| secret(credential(k.expose())).ok_or(()));
+        // Validated at load (token names, no control characters); anything else is skipped.
+        let headers = target
+            .headers
+            .iter()
+            .filter_map(|(name, value)| {
+                Some((
+                    HeaderName::from_bytes(name.as_bytes()).ok()?,
+                    secret(value.expose().to_owned())?,
+                ))
+            })
+            .collect();
         Endpoint {
             uris,
             host,
             credential,
+            headers,
         }
     }
 
@@ -162,6 +180,10 @@ pub fn format_for(kind: ProviderKind, caller: Dialect) -> Dialect {
         (ProviderKind::Anthropic, _) => Dialect::AnthropicMessages,
         (ProviderKind::Bedrock, Dialect::BedrockInvoke) => Dialect::BedrockInvoke,
         (ProviderKind::Bedrock, _) => Dialect::BedrockConverse,
+        // Azure OpenAI speaks OpenAI's formats (its Responses through the v1 API).
+        (ProviderKind::Azure, Dialect::OpenAiResponses) => Dialect::OpenAiResponses,
+        (ProviderKind::Azure, Dialect::OpenAiEmbeddings) => Dialect::OpenAiEmbeddings,
+        (ProviderKind::Azure, _) => Dialect::OpenAiChat,
     }
 }
 
@@ -185,18 +207,24 @@ pub fn request(out: Outbound<'_>) -> Result<http::Request<Full<Bytes>>, BuildErr
         ProviderKind::OpenAi => openai::request(out),
         ProviderKind::Anthropic => anthropic::request(out),
         ProviderKind::Bedrock => bedrock::request(out),
+        ProviderKind::Azure => azure::request(out),
     }
 }
 
-/// A POST of `out.body` to `path` on the target, with the headers every provider sends (room is
-/// reserved for the provider's own few).
+/// A POST of `out.body` to `path` on the target, with the headers every provider sends and the
+/// target's own `headers` (room is reserved for the provider's own few). Providers add theirs
+/// after this, so a header the provider sets for a request wins; Bedrock signs after, so SigV4
+/// covers the target's headers.
 fn post(out: Outbound<'_>, path: &str) -> Result<http::Request<Full<Bytes>>, BuildError> {
     let mut req = http::Request::new(Full::new(out.body));
     *req.method_mut() = http::Method::POST;
     *req.uri_mut() = out.endpoint.uri(out.target, path)?;
     let h = req.headers_mut();
-    h.reserve(8);
+    h.reserve(8 + out.endpoint.headers.len());
     h.insert(http::header::USER_AGENT, UA.clone());
+    for (name, value) in &out.endpoint.headers {
+        h.insert(name.clone(), value.clone());
+    }
     h.insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

@@ -66,7 +66,7 @@ pub fn body_rewritten(headers: &mut HeaderMap) {
 }
 
 /// The gateway's own credentials, gathered once per loaded config (the `Runtime`): every target's
-/// `apiKey`, the AWS credentials Bedrock targets use (from the environment), `server.adminToken`,
+/// `apiKey`, `entraToken` and `headers` values, the AWS credentials Bedrock targets use (from the environment), `server.adminToken`,
 /// the plain `auth.keys`, and a Redis password. Upstream error messages are searched for them.
 #[derive(Default)]
 pub struct Secrets {
@@ -94,7 +94,12 @@ impl Secrets {
             config
                 .targets
                 .iter()
-                .filter_map(|t| t.api_key.as_ref())
+                .flat_map(|t| {
+                    t.api_key
+                        .iter()
+                        .chain(t.entra_token.iter())
+                        .chain(t.headers.iter().map(|(_, v)| v))
+                })
                 .map(|k| k.expose().to_owned()),
         );
         if config
@@ -515,7 +520,8 @@ auth:
 state: { redis: { url: \"redis://u:redis-pass-1@127.0.0.1:6379/0\" } }
 targets:
   - { name: o, provider: openai, apiKey: sk-target-1 }
-  - { name: b, provider: bedrock, region: us-east-1 }
+  - { name: b, provider: bedrock, region: us-east-1, headers: { x-tenant: header-value-1 } }
+  - { name: z, provider: azure, baseUrl: \"https://r.openai.azure.com\", entraToken: entra-token-1, apiVersion: \"2024-10-21\" }
 ";
         let cfg = sidetrack_config::load_str(yaml, "t.yaml").unwrap();
         let env = |k: &str| match k {
@@ -531,6 +537,8 @@ targets:
             "sk-target-1",
             "AKIAEXAMPLE1",
             "aws-secret-1",
+            "header-value-1",
+            "entra-token-1",
         ] {
             assert_eq!(s.redact(v), REDACTED, "{v}");
         }

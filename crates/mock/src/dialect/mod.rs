@@ -10,6 +10,7 @@
 //! Adding a dialect = adding a module, a [`Dialect`] variant and its route in [`Dialect::for_route`].
 
 pub mod anthropic;
+pub mod azure;
 pub mod bedrock;
 pub mod embeddings;
 pub mod openai_chat;
@@ -80,6 +81,9 @@ pub struct Route {
     pub model_id: Option<String>,
     /// Bedrock: the operation streams (`invoke-with-response-stream`, `converse-stream`).
     pub path_stream: bool,
+    /// An Azure OpenAI path ([`azure`]): Azure's auth and error shapes apply. For a deployment
+    /// path, `model_id` is the deployment.
+    pub azure: bool,
 }
 
 impl Dialect {
@@ -95,6 +99,7 @@ impl Dialect {
                 endpoint: raw_path.to_owned(),
                 model_id: None,
                 path_stream: false,
+                azure: false,
             })
         };
         match raw_path {
@@ -102,6 +107,7 @@ impl Dialect {
             "/v1/responses" => plain(Self::OpenAiResponses),
             "/v1/messages" => plain(Self::Anthropic),
             "/v1/embeddings" => plain(Self::Embeddings(embeddings::Api::OpenAi)),
+            _ if raw_path.starts_with("/openai/") => azure::route(raw_path),
             _ => bedrock::route(raw_path),
         }
     }

@@ -49,6 +49,7 @@ pub(crate) fn route(raw_path: &str) -> Option<Route> {
         endpoint: format!("/model/{{modelId}}/{operation}"),
         model_id: Some(model_id),
         path_stream,
+        azure: false,
     })
 }
 
