@@ -186,6 +186,7 @@ pub enum ProviderKind {
     OpenAi,
     Anthropic,
     Bedrock,
+    Vertex,
 }
 
 impl ProviderKind {
@@ -194,6 +195,7 @@ impl ProviderKind {
             ProviderKind::OpenAi => "openai",
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Bedrock => "bedrock",
+            ProviderKind::Vertex => "vertex",
         }
     }
 }
@@ -213,6 +215,28 @@ pub struct Target {
     /// Per-target breaker overrides, already merged over `defaults.circuitBreaker`.
     pub circuit_breaker: BreakerPolicy,
     pub capabilities: Capabilities,
+    /// `provider: vertex`: the Google Cloud project (required there).
+    pub project: Option<String>,
+    /// `provider: vertex`: where its OAuth bearer token comes from (required there).
+    pub vertex_auth: Option<VertexAuth>,
+}
+
+/// `provider: vertex`: a service account (JWT bearer grant) or a ready token.
+#[derive(Debug, Clone)]
+pub enum VertexAuth {
+    ServiceAccount(ServiceAccount),
+    AccessToken(Secret),
+}
+
+/// The fields of a service-account JSON file the token flow uses, checked at load.
+#[derive(Debug, Clone)]
+pub struct ServiceAccount {
+    /// The file it was read from (for messages).
+    pub file: String,
+    pub client_email: String,
+    /// The PEM (`-----BEGIN PRIVATE KEY-----`, PKCS#8). `Debug` never prints it.
+    pub private_key: Secret,
+    pub token_uri: String,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -117,6 +117,12 @@ pub(crate) struct RawTarget {
     pub connect_timeout_milliseconds: Option<i64>,
     pub circuit_breaker: Option<RawBreaker>,
     pub capabilities: Option<RawCapabilities>,
+    /// `provider: vertex`: the Google Cloud project.
+    pub project: Option<String>,
+    /// `provider: vertex`: `env:NAME`, the variable holding a service-account JSON file's path.
+    pub credentials: Option<String>,
+    /// `provider: vertex`: a ready OAuth bearer token (`env:NAME`).
+    pub access_token: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

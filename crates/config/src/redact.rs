@@ -211,6 +211,20 @@ fn target(t: &Target) -> Value {
             "jsonSchema": t.capabilities.json_schema,
             "contextWindow": t.capabilities.context_window,
         },
+        "project": t.project,
+        "credentials": match &t.vertex_auth {
+            Some(VertexAuth::ServiceAccount(sa)) => Some(json!({
+                "file": sa.file,
+                "clientEmail": sa.client_email,
+                "privateKey": REDACTED,
+                "tokenUri": sa.token_uri,
+            })),
+            _ => None,
+        },
+        "accessToken": match &t.vertex_auth {
+            Some(VertexAuth::AccessToken(_)) => Some(REDACTED),
+            _ => None,
+        },
     })
 }
 

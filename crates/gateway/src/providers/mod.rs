@@ -5,6 +5,7 @@
 mod anthropic;
 mod bedrock;
 mod openai;
+pub mod vertex;
 
 use std::time::Duration;
 
@@ -46,6 +47,22 @@ impl Upstreams {
     pub fn endpoint(&self, target_index: usize) -> &Endpoint {
         &self.targets[target_index].1
     }
+
+    /// The bearer an attempt on this target must carry when its provider fetches one (Vertex):
+    /// `Ok(None)` for other kinds; a cached token without waiting; otherwise one fetched now
+    /// (one fetch for all the requests waiting on it). `Err` is the detail of the attempt's
+    /// CONNECTION_ERROR (the token endpoint failed).
+    pub async fn bearer(&self, target_index: usize) -> Result<Option<HeaderValue>, String> {
+        let (client, endpoint) = &self.targets[target_index];
+        let Some(auth) = &endpoint.vertex else {
+            return Ok(None);
+        };
+        if let Some(ready) = auth.ready() {
+            return ready.map(Some);
+        }
+        // The fetch's future is boxed: only requests that wait for a token pay for its size.
+        Box::pin(auth.get(client)).await.map(Some)
+    }
 }
 
 /// What every request to one target shares, built once per config so the request path neither
@@ -58,6 +75,8 @@ pub struct Endpoint {
     host: Option<HeaderValue>,
     /// The provider's credential header value (sensitive); `Err` when the key cannot be a header.
     credential: Option<Result<HeaderValue, ()>>,
+    /// `provider: vertex`: its token (static, or the service account's cached token flow).
+    vertex: Option<vertex::Auth>,
 }
 
 impl Endpoint {
@@ -66,6 +85,7 @@ impl Endpoint {
             ProviderKind::OpenAi => (openai::PATHS, bearer),
             ProviderKind::Anthropic => (anthropic::PATHS, str::to_owned),
             ProviderKind::Bedrock => (&[], bearer),
+            ProviderKind::Vertex => (&[], bearer),
         };
         let uris = paths
             .iter()
@@ -85,6 +105,7 @@ impl Endpoint {
             uris,
             host,
             credential,
+            vertex: vertex::Auth::new(target),
         }
     }
 
@@ -162,6 +183,9 @@ pub fn format_for(kind: ProviderKind, caller: Dialect) -> Dialect {
         (ProviderKind::Anthropic, _) => Dialect::AnthropicMessages,
         (ProviderKind::Bedrock, Dialect::BedrockInvoke) => Dialect::BedrockInvoke,
         (ProviderKind::Bedrock, _) => Dialect::BedrockConverse,
+        // Anthropic models on Vertex (`rawPredict`); Google's are skipped before translation
+        // (`unsupported`) until the gemini dialect is there.
+        (ProviderKind::Vertex, _) => Dialect::AnthropicMessages,
     }
 }
 
@@ -177,6 +201,17 @@ pub struct Outbound<'a> {
     /// The caller's headers, for the few that are forwarded (`anthropic-version`, `anthropic-beta`;
     /// Bedrock's `x-amzn-bedrock-guardrailidentifier`, `-guardrailversion`, `-trace`).
     pub caller_headers: &'a HeaderMap,
+    /// The `Authorization` value fetched before the request is built (Vertex's OAuth token).
+    pub bearer: Option<HeaderValue>,
+}
+
+/// Why `model` cannot be sent to `target` at all (an ineligible skip with this detail, before any
+/// translation or token fetch): Gemini models on Vertex, pending the gemini dialect.
+pub fn unsupported(target: &Target, model: &str) -> Option<String> {
+    match target.provider {
+        ProviderKind::Vertex => vertex::unsupported(model),
+        _ => None,
+    }
 }
 
 /// The HTTP request for one attempt.
@@ -185,6 +220,7 @@ pub fn request(out: Outbound<'_>) -> Result<http::Request<Full<Bytes>>, BuildErr
         ProviderKind::OpenAi => openai::request(out),
         ProviderKind::Anthropic => anthropic::request(out),
         ProviderKind::Bedrock => bedrock::request(out),
+        ProviderKind::Vertex => vertex::request(out),
     }
 }
 

@@ -97,6 +97,10 @@ impl Secrets {
                 .filter_map(|t| t.api_key.as_ref())
                 .map(|k| k.expose().to_owned()),
         );
+        values.extend(config.targets.iter().filter_map(|t| match &t.vertex_auth {
+            Some(sidetrack_config::VertexAuth::AccessToken(k)) => Some(k.expose().to_owned()),
+            _ => None,
+        }));
         if config
             .targets
             .iter()
