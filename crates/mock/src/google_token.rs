@@ -156,8 +156,7 @@ fn check_grant(body: &[u8], public_key: Option<&str>) -> Result<(), String> {
     if grant.as_deref() != Some(JWT_BEARER_GRANT) {
         return Err(format!("grant_type must be {JWT_BEARER_GRANT}"));
     }
-    let assertion =
-        percent_decode(form_field(form, "assertion").ok_or("no assertion".to_owned())?);
+    let assertion = percent_decode(form_field(form, "assertion").ok_or("no assertion".to_owned())?);
     let parts: Vec<&str> = assertion.split('.').collect();
     let [header, claims, signature] = parts[..] else {
         return Err("the assertion is not a three-part JWT".to_owned());

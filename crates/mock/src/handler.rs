@@ -147,15 +147,13 @@ pub(crate) async fn handle(
 fn control(shared: &Shared, method: &Method, rest: &str, body: &Bytes) -> Response<MockBody> {
     match (method, rest) {
         (&Method::GET, "stats") => control_reply(StatusCode::OK, shared.stats()),
-        (&Method::POST, "token") => {
-            match serde_json::from_slice::<crate::TokenSettings>(body) {
-                Ok(settings) => {
-                    shared.set_token_settings(settings.clone());
-                    control_reply(StatusCode::OK, json!({"ok": true, "token": settings}))
-                }
-                Err(e) => control_reply(StatusCode::BAD_REQUEST, json!({"error": e.to_string()})),
+        (&Method::POST, "token") => match serde_json::from_slice::<crate::TokenSettings>(body) {
+            Ok(settings) => {
+                shared.set_token_settings(settings.clone());
+                control_reply(StatusCode::OK, json!({"ok": true, "token": settings}))
             }
-        }
+            Err(e) => control_reply(StatusCode::BAD_REQUEST, json!({"error": e.to_string()})),
+        },
         (&Method::POST, "reset") => {
             shared.reset();
             control_reply(StatusCode::OK, json!({"ok": true}))

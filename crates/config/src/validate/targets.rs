@@ -216,8 +216,7 @@ fn vertex(ctx: &mut Ctx<'_>, t: &RawTarget, path: &str) -> (Option<String>, Opti
         }
         Some(p) => {
             let ok = !p.is_empty()
-                && p
-                    .chars()
+                && p.chars()
                     .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == ':');
             if !ok {
                 ctx.err(
@@ -301,7 +300,7 @@ pub(crate) fn service_account(file: &str) -> Result<ServiceAccount, String> {
     let private_key = field("private_key")?;
     if pkcs8_pem_body(&private_key).is_none() {
         return Err(format!(
-            "the service-account file `{file}`: `private_key` is not a PEM PKCS#8 key (-----BEGIN PRIVATE KEY-----)"
+            "the service-account file `{file}`: `private_key` is not a PKCS#8 PEM private key"
         ));
     }
     Ok(ServiceAccount {

@@ -164,10 +164,11 @@ pub enum Auth {
 impl Auth {
     pub fn new(target: &Target) -> Option<Auth> {
         match target.vertex_auth.as_ref()? {
-            VertexAuth::AccessToken(t) => Some(Auth::Static(
-                secret(bearer(t.expose()))
-                    .ok_or_else(|| "vertex: the accessToken is not a valid header value".into()),
-            )),
+            VertexAuth::AccessToken(t) => {
+                Some(Auth::Static(secret(bearer(t.expose())).ok_or_else(|| {
+                    "vertex: the accessToken is not a valid header value".into()
+                })))
+            }
             VertexAuth::ServiceAccount(sa) => Some(Auth::Account(Box::new(Account::new(
                 sa,
                 target.connect_timeout,
