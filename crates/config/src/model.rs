@@ -282,6 +282,7 @@ pub enum ProviderKind {
     Bedrock,
     /// Azure OpenAI (SPEC §13): OpenAI's wire format on Azure's deployment URLs.
     Azure,
+    Vertex,
 }
 
 impl ProviderKind {
@@ -291,6 +292,7 @@ impl ProviderKind {
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Bedrock => "bedrock",
             ProviderKind::Azure => "azure",
+            ProviderKind::Vertex => "vertex",
         }
     }
 }
@@ -318,6 +320,28 @@ pub struct Target {
     /// `headers:` — extra request headers for every request to this target (SPEC §13), names
     /// lower-cased and checked, values resolved. Every value is treated as a secret.
     pub headers: Vec<(String, Secret)>,
+    /// `provider: vertex`: the Google Cloud project (required there).
+    pub project: Option<String>,
+    /// `provider: vertex`: where its OAuth bearer token comes from (required there).
+    pub vertex_auth: Option<VertexAuth>,
+}
+
+/// `provider: vertex`: a service account (JWT bearer grant) or a ready token.
+#[derive(Debug, Clone)]
+pub enum VertexAuth {
+    ServiceAccount(ServiceAccount),
+    AccessToken(Secret),
+}
+
+/// The fields of a service-account JSON file the token flow uses, checked at load.
+#[derive(Debug, Clone)]
+pub struct ServiceAccount {
+    /// The file it was read from (for messages).
+    pub file: String,
+    pub client_email: String,
+    /// The PEM (`-----BEGIN PRIVATE KEY-----`, PKCS#8). `Debug` never prints it.
+    pub private_key: Secret,
+    pub token_uri: String,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

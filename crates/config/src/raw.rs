@@ -156,6 +156,12 @@ pub(crate) struct RawTarget {
     pub api_version: Option<String>,
     pub entra_token: Option<String>,
     pub headers: Option<std::collections::BTreeMap<String, String>>,
+    /// `provider: vertex`: the Google Cloud project.
+    pub project: Option<String>,
+    /// `provider: vertex`: `env:NAME`, the variable holding a service-account JSON file's path.
+    pub credentials: Option<String>,
+    /// `provider: vertex`: a ready OAuth bearer token (`env:NAME`).
+    pub access_token: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

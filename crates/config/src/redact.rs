@@ -216,6 +216,20 @@ fn target(t: &Target) -> Value {
         "entraToken": t.entra_token.as_ref().map(|_| REDACTED),
         // Names shown, values hidden: a header value is as secret as a key (SPEC §13).
         "headers": t.headers.iter().map(|(name, _)| (name.clone(), Value::from(REDACTED))).collect::<Map<String, Value>>(),
+        "project": t.project,
+        "credentials": match &t.vertex_auth {
+            Some(VertexAuth::ServiceAccount(sa)) => Some(json!({
+                "file": sa.file,
+                "clientEmail": sa.client_email,
+                "privateKey": REDACTED,
+                "tokenUri": sa.token_uri,
+            })),
+            _ => None,
+        },
+        "accessToken": match &t.vertex_auth {
+            Some(VertexAuth::AccessToken(_)) => Some(REDACTED),
+            _ => None,
+        },
     })
 }
 

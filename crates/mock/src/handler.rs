@@ -42,6 +42,9 @@ pub(crate) async fn handle(
     if let Some(rest) = path.strip_prefix(CONTROL_PREFIX) {
         return Ok(control(&shared, &parts.method, rest, &body));
     }
+    if parts.method == Method::POST && path == "/token" {
+        return Ok(shared.token_request(&body));
+    }
     let mut ctx = RenderContext {
         request_id: format!("req_{}", shared.fresh_hex()),
         unique: shared.fresh_hex(),
@@ -74,6 +77,10 @@ pub(crate) async fn handle(
         if route.model_id.is_some() && azure::api_version(parts.uri.query()).is_none() {
             return Ok(azure::missing_api_version(&ctx));
         }
+    }
+    // Vertex answers only a bearer its token endpoint issued.
+    if dialect == Dialect::VertexAnthropic && !shared.token_accepted(&parts.headers) {
+        return Ok(crate::google_token::unauthenticated());
     }
 
     let parsed = match dialect {
@@ -161,6 +168,13 @@ pub(crate) async fn handle(
 fn control(shared: &Shared, method: &Method, rest: &str, body: &Bytes) -> Response<MockBody> {
     match (method, rest) {
         (&Method::GET, "stats") => control_reply(StatusCode::OK, shared.stats()),
+        (&Method::POST, "token") => match serde_json::from_slice::<crate::TokenSettings>(body) {
+            Ok(settings) => {
+                shared.set_token_settings(settings.clone());
+                control_reply(StatusCode::OK, json!({"ok": true, "token": settings}))
+            }
+            Err(e) => control_reply(StatusCode::BAD_REQUEST, json!({"error": e.to_string()})),
+        },
         (&Method::POST, "reset") => {
             shared.reset();
             control_reply(StatusCode::OK, json!({"ok": true}))

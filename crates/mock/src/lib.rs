@@ -14,12 +14,13 @@
 //!   `server`: listeners and connections.
 //!
 //! Control API on every listener: `GET /_mock/stats`, `POST /_mock/models/{name}`,
-//! `POST /_mock/reset` (see docs/mock.md).
+//! `POST /_mock/reset`, `POST /_mock/token` (see docs/mock.md).
 
 pub mod body;
 pub mod config;
 pub mod dialect;
 pub mod engine;
+pub mod google_token;
 mod handler;
 pub mod prng;
 mod server;
@@ -28,6 +29,7 @@ mod state;
 pub use config::{
     Behaviour, ErrorConfig, Hostile, ListenerConfig, MockConfig, ToolCallConfig, UsageConfig,
 };
+pub use google_token::TokenSettings;
 pub use server::MockServer;
 
 /// Runs the mock provider until Ctrl-C (`sidetrack mock`).

@@ -144,6 +144,17 @@ impl MockServer {
         self.shared.set_refuse(index, on)
     }
 
+    /// The token endpoint's knobs (`expires_in`, failures, signature check, extra accepted
+    /// bearers); [`MockServer::reset`] restores the defaults.
+    pub fn set_token_settings(&self, settings: crate::TokenSettings) {
+        self.shared.set_token_settings(settings);
+    }
+
+    /// Requests the token endpoint (`POST /token`) received, good or not.
+    pub fn token_requests(&self) -> u64 {
+        self.shared.token_requests()
+    }
+
     /// Zeroes stats, forgets last requests, and restores the start config's behaviours and
     /// refuse-connections settings.
     pub fn reset(&self) {

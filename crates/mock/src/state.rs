@@ -32,6 +32,8 @@ struct State {
     models: BTreeMap<String, ModelStats>,
     /// Per requested model name: requests failed by `failFirst` since the behaviour was set.
     failed_first: HashMap<String, u64>,
+    /// The Google token endpoint (Vertex): settings, counts, issued tokens.
+    token: crate::google_token::TokenState,
 }
 
 #[derive(Default)]
@@ -191,7 +193,31 @@ impl Shared {
                 (name.clone(), stats)
             })
             .collect();
-        json!({ "total": state.total, "models": models })
+        json!({
+            "total": state.total,
+            "models": models,
+            "tokenRequests": state.token.requests,
+            "tokensIssued": state.token.issued_count,
+        })
+    }
+
+    /// One request to the token endpoint (`POST /token`).
+    pub fn token_request(&self, body: &[u8]) -> http::Response<crate::body::MockBody> {
+        let fresh = self.fresh_hex();
+        self.lock().token.answer(body, &fresh)
+    }
+
+    /// The request carries a bearer the token endpoint issued (or one it was told to accept).
+    pub fn token_accepted(&self, headers: &http::HeaderMap) -> bool {
+        self.lock().token.accepts(headers)
+    }
+
+    pub fn set_token_settings(&self, settings: crate::google_token::TokenSettings) {
+        self.lock().token.settings = settings;
+    }
+
+    pub fn token_requests(&self) -> u64 {
+        self.lock().token.requests
     }
 
     /// 32 fresh hex characters for ids.

@@ -140,7 +140,10 @@ async fn stats_count_hits_per_model_and_endpoint_and_reset_zeroes_them() {
 
     let res = request(mock.addr(), "POST", "/_mock/reset", "").await;
     assert_eq!(res.status, 200);
-    assert_eq!(mock.stats(), json!({"total": 0, "models": {}}));
+    assert_eq!(
+        mock.stats(),
+        json!({"total": 0, "models": {}, "tokenRequests": 0, "tokensIssued": 0})
+    );
     assert_eq!(mock.last_request("m"), None);
 }
 

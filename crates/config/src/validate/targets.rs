@@ -12,6 +12,7 @@ const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
 const MAX_CONNECT_TIMEOUT_MS: i64 = 300_000;
 const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
+const VERTEX_GLOBAL_BASE_URL: &str = "https://aiplatform.googleapis.com";
 
 pub(super) fn targets(
     ctx: &mut Ctx<'_>,
@@ -60,6 +61,7 @@ fn target(
         ("anthropic", ProviderKind::Anthropic),
         ("bedrock", ProviderKind::Bedrock),
         ("azure", ProviderKind::Azure),
+        ("vertex", ProviderKind::Vertex),
     ];
     let provider = ctx.one_of(&t.provider, &choices, &join_key(path, "provider"));
 
@@ -88,9 +90,13 @@ fn target(
                 .chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
         if !ok {
+            let example = match provider {
+                Some(ProviderKind::Vertex) => "a Google Cloud region (e.g. us-east5, or global)",
+                _ => "an AWS region (e.g. us-east-1)",
+            };
             ctx.err(
                 &join_key(path, "region"),
-                format!("`{region}` is not an AWS region (e.g. us-east-1)"),
+                format!("`{region}` is not {example}"),
             );
         }
     }
@@ -115,7 +121,27 @@ fn target(
             );
             String::new()
         }
+        (None, Some(ProviderKind::Vertex)) => match t.region.as_deref() {
+            Some("global") => VERTEX_GLOBAL_BASE_URL.to_string(),
+            Some(region) => format!("https://{region}-aiplatform.googleapis.com"),
+            None => String::new(), // reported by `vertex` below
+        },
         (None, None) => String::new(),
+    };
+    let (project, vertex_auth) = match provider {
+        Some(ProviderKind::Vertex) => vertex(ctx, t, path),
+        _ => {
+            for (key, written) in [
+                ("project", t.project.is_some()),
+                ("credentials", t.credentials.is_some()),
+                ("accessToken", t.access_token.is_some()),
+            ] {
+                if written {
+                    ctx.err(&join_key(path, key), "only a vertex target takes this key");
+                }
+            }
+            (None, None)
+        }
     };
 
     let api_key = t
@@ -176,6 +202,8 @@ fn target(
         api_version,
         entra_token,
         headers,
+        project,
+        vertex_auth,
     }
 }
 
@@ -355,6 +383,140 @@ fn headers(
     }
     out
 }
+
+/// A vertex target's `project`, `region` and exactly one of `credentials` / `accessToken`.
+fn vertex(ctx: &mut Ctx<'_>, t: &RawTarget, path: &str) -> (Option<String>, Option<VertexAuth>) {
+    if t.region.is_none() {
+        ctx.err(
+            &join_key(path, "region"),
+            "a vertex target needs `region` (e.g. us-east5, or global)",
+        );
+    }
+    if t.api_key.is_some() {
+        ctx.err(
+            &join_key(path, "apiKey"),
+            "a vertex target authenticates with `credentials` or `accessToken`, not `apiKey`",
+        );
+    }
+    let project_path = join_key(path, "project");
+    let project = match &t.project {
+        None => {
+            ctx.err(&project_path, "a vertex target needs `project`");
+            None
+        }
+        Some(p) => {
+            let ok = !p.is_empty()
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == ':');
+            if !ok {
+                ctx.err(
+                    &project_path,
+                    format!("`{p}` is not a Google Cloud project id"),
+                );
+            }
+            Some(p.clone())
+        }
+    };
+    let auth = match (&t.credentials, &t.access_token) {
+        (Some(_), Some(_)) => {
+            ctx.err(
+                &join_key(path, "accessToken"),
+                "give `credentials` or `accessToken`, not both",
+            );
+            None
+        }
+        (None, None) => {
+            ctx.err(
+                &join_key(path, "credentials"),
+                "a vertex target needs `credentials: env:NAME` (a service-account JSON file's path) or `accessToken: env:NAME`",
+            );
+            None
+        }
+        (None, Some(token)) => ctx
+            .secret(token, &join_key(path, "accessToken"))
+            .map(VertexAuth::AccessToken),
+        (Some(written), None) => {
+            let at = join_key(path, "credentials");
+            match ctx.secret(written, &at) {
+                // `check --offline` with the variable unset: nothing to read.
+                Some(file) if file.expose().is_empty() => None,
+                Some(file) => match service_account(file.expose()) {
+                    Ok(sa) => Some(VertexAuth::ServiceAccount(sa)),
+                    Err(e) => {
+                        ctx.err(&at, e);
+                        None
+                    }
+                },
+                None => None,
+            }
+        }
+    };
+    (project, auth)
+}
+
+/// Reads and checks a service-account JSON file. Messages name the file and the field, never a
+/// value from it.
+pub(crate) fn service_account(file: &str) -> Result<ServiceAccount, String> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| format!("cannot read the service-account file `{file}`: {e}"))?;
+    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "the service-account file `{file}` is not JSON (line {}, column {})",
+            e.line(),
+            e.column()
+        )
+    })?;
+    let field = |name: &str| -> Result<String, String> {
+        match json.get(name).and_then(|v| v.as_str()) {
+            Some(v) if !v.is_empty() => Ok(v.to_string()),
+            _ => Err(format!(
+                "the service-account file `{file}` has no `{name}` string"
+            )),
+        }
+    };
+    let kind = field("type")?;
+    if kind != "service_account" {
+        return Err(format!(
+            "the file `{file}` is not a service-account key (`type` is `{kind}`, expected `service_account`)"
+        ));
+    }
+    let client_email = field("client_email")?;
+    let token_uri = field("token_uri")?;
+    if !(token_uri.starts_with("https://") || token_uri.starts_with("http://")) {
+        return Err(format!(
+            "the service-account file `{file}`: `token_uri` is not an http(s) URL"
+        ));
+    }
+    let private_key = field("private_key")?;
+    if pkcs8_pem_body(&private_key).is_none() {
+        return Err(format!(
+            "the service-account file `{file}`: `private_key` is not a PKCS#8 PEM private key"
+        ));
+    }
+    Ok(ServiceAccount {
+        file: file.to_string(),
+        client_email,
+        private_key: Secret(private_key),
+        token_uri,
+    })
+}
+
+/// The base64 body of a `-----BEGIN PRIVATE KEY-----` PEM block (whitespace removed), if it is one.
+fn pkcs8_pem_body(pem: &str) -> Option<String> {
+    let start = pem.find(PEM_BEGIN)? + PEM_BEGIN.len();
+    let end = pem[start..].find(PEM_END)? + start;
+    let body: String = pem[start..end]
+        .chars()
+        .filter(|c| !c.is_ascii_whitespace())
+        .collect();
+    let base64 = body
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'=');
+    (base64 && !body.is_empty()).then_some(body)
+}
+
+const PEM_BEGIN: &str = "-----BEGIN PRIVATE KEY-----";
+const PEM_END: &str = "-----END PRIVATE KEY-----";
 
 /// The breaker knobs in SPEC order; `overridden` is kept in this order.
 const KNOBS: [&str; 9] = [

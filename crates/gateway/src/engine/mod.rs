@@ -719,6 +719,9 @@ async fn attempt_one(
     hop: &Hop<'_>,
     input: &WalkInput<'_, '_>,
 ) -> Result<attempt::Attempt, String> {
+    if let Some(why) = providers::unsupported(dest.target, &dest.model) {
+        return Err(why);
+    }
     let format = providers::format_for(dest.target.provider, input.request.dialect);
     let mut body = translate::request_body(format, input.request, &dest.model).map_err(|e| e.0)?;
     // Token limits and usage records need the usage of every stream: an OpenAI chat upstream is
@@ -733,6 +736,22 @@ async fn attempt_one(
     }
     // The spec is built in a block that ends before the await: the attempt's future then keeps
     // the running attempt only, not also the request's build result or the spec.
+    // A provider's token (Vertex) before the request: its endpoint failing is this attempt's
+    // CONNECTION_ERROR, so the walk falls back.
+    let bearer = match input.upstreams.bearer(dest.target_index).await {
+        Ok(b) => b,
+        Err(detail) => {
+            return Ok(attempt::Attempt {
+                outcome: Outcome::Error(ErrorKind::ConnectionError),
+                retry_after: None,
+                class: None,
+                detail: Some(detail),
+                duration: Duration::ZERO,
+                first_byte: None,
+                response: None,
+            })
+        }
+    };
     Ok({
         let request = match providers::request(providers::Outbound {
             target: dest.target,
@@ -742,6 +761,7 @@ async fn attempt_one(
             body,
             stream: input.request.stream,
             caller_headers: input.caller_headers,
+            bearer,
         }) {
             Ok(r) => r,
             Err(e) => {

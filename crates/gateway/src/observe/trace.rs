@@ -416,6 +416,7 @@ pub fn provider_name(kind: ProviderKind) -> &'static str {
         ProviderKind::Anthropic => "anthropic",
         ProviderKind::Bedrock => "aws.bedrock",
         ProviderKind::Azure => "az.ai.openai",
+        ProviderKind::Vertex => "gcp.vertex_ai",
     }
 }
 

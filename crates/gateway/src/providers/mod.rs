@@ -6,6 +6,7 @@ mod anthropic;
 mod azure;
 mod bedrock;
 mod openai;
+pub mod vertex;
 
 use std::time::Duration;
 
@@ -47,6 +48,22 @@ impl Upstreams {
     pub fn endpoint(&self, target_index: usize) -> &Endpoint {
         &self.targets[target_index].1
     }
+
+    /// The bearer an attempt on this target must carry when its provider fetches one (Vertex):
+    /// `Ok(None)` for other kinds; a cached token without waiting; otherwise one fetched now
+    /// (one fetch for all the requests waiting on it). `Err` is the detail of the attempt's
+    /// CONNECTION_ERROR (the token endpoint failed).
+    pub async fn bearer(&self, target_index: usize) -> Result<Option<HeaderValue>, String> {
+        let (client, endpoint) = &self.targets[target_index];
+        let Some(auth) = &endpoint.vertex else {
+            return Ok(None);
+        };
+        if let Some(ready) = auth.ready() {
+            return ready.map(Some);
+        }
+        // The fetch's future is boxed: only requests that wait for a token pay for its size.
+        Box::pin(auth.get(client)).await.map(Some)
+    }
 }
 
 /// What every request to one target shares, built once per config so the request path neither
@@ -61,6 +78,8 @@ pub struct Endpoint {
     credential: Option<Result<HeaderValue, ()>>,
     /// The target's `headers` (SPEC §13), values marked sensitive; checked at load.
     headers: Vec<(HeaderName, HeaderValue)>,
+    /// `provider: vertex`: its token (static, or the service account's cached token flow).
+    vertex: Option<vertex::Auth>,
 }
 
 impl Endpoint {
@@ -71,6 +90,7 @@ impl Endpoint {
             ProviderKind::Bedrock => (&[], bearer),
             ProviderKind::Azure if target.api_key.is_some() => (azure::PATHS, str::to_owned),
             ProviderKind::Azure => (azure::PATHS, bearer),
+            ProviderKind::Vertex => (&[], bearer),
         };
         let uris = paths
             .iter()
@@ -103,6 +123,7 @@ impl Endpoint {
             host,
             credential,
             headers,
+            vertex: vertex::Auth::new(target),
         }
     }
 
@@ -184,6 +205,9 @@ pub fn format_for(kind: ProviderKind, caller: Dialect) -> Dialect {
         (ProviderKind::Azure, Dialect::OpenAiResponses) => Dialect::OpenAiResponses,
         (ProviderKind::Azure, Dialect::OpenAiEmbeddings) => Dialect::OpenAiEmbeddings,
         (ProviderKind::Azure, _) => Dialect::OpenAiChat,
+        // Anthropic models on Vertex (`rawPredict`); Google's are skipped before translation
+        // (`unsupported`) until the gemini dialect is there.
+        (ProviderKind::Vertex, _) => Dialect::AnthropicMessages,
     }
 }
 
@@ -199,6 +223,17 @@ pub struct Outbound<'a> {
     /// The caller's headers, for the few that are forwarded (`anthropic-version`, `anthropic-beta`;
     /// Bedrock's `x-amzn-bedrock-guardrailidentifier`, `-guardrailversion`, `-trace`).
     pub caller_headers: &'a HeaderMap,
+    /// The `Authorization` value fetched before the request is built (Vertex's OAuth token).
+    pub bearer: Option<HeaderValue>,
+}
+
+/// Why `model` cannot be sent to `target` at all (an ineligible skip with this detail, before any
+/// translation or token fetch): Gemini models on Vertex, pending the gemini dialect.
+pub fn unsupported(target: &Target, model: &str) -> Option<String> {
+    match target.provider {
+        ProviderKind::Vertex => vertex::unsupported(model),
+        _ => None,
+    }
 }
 
 /// The HTTP request for one attempt.
@@ -208,6 +243,7 @@ pub fn request(out: Outbound<'_>) -> Result<http::Request<Full<Bytes>>, BuildErr
         ProviderKind::Anthropic => anthropic::request(out),
         ProviderKind::Bedrock => bedrock::request(out),
         ProviderKind::Azure => azure::request(out),
+        ProviderKind::Vertex => vertex::request(out),
     }
 }
 

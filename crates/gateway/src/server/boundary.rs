@@ -102,6 +102,10 @@ impl Secrets {
                 })
                 .map(|k| k.expose().to_owned()),
         );
+        values.extend(config.targets.iter().filter_map(|t| match &t.vertex_auth {
+            Some(sidetrack_config::VertexAuth::AccessToken(k)) => Some(k.expose().to_owned()),
+            _ => None,
+        }));
         if config
             .targets
             .iter()

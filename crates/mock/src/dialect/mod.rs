@@ -15,6 +15,7 @@ pub mod bedrock;
 pub mod embeddings;
 pub mod openai_chat;
 pub mod openai_responses;
+pub mod vertex;
 
 use std::time::Instant;
 
@@ -68,6 +69,9 @@ pub enum Dialect {
     /// `POST /v1/embeddings`, and `POST /model/{modelId}/invoke` for a Titan or Cohere embedding
     /// model id (see [`embeddings`]).
     Embeddings(embeddings::Api),
+    /// Vertex AI, Anthropic models: `POST /v1/projects/{p}/locations/{r}/publishers/anthropic/
+    /// models/{model}:rawPredict` and `:streamRawPredict` (Anthropic bodies without `model`).
+    VertexAnthropic,
 }
 
 /// A dialect endpoint matched by method and raw path.
@@ -108,6 +112,7 @@ impl Dialect {
             "/v1/messages" => plain(Self::Anthropic),
             "/v1/embeddings" => plain(Self::Embeddings(embeddings::Api::OpenAi)),
             _ if raw_path.starts_with("/openai/") => azure::route(raw_path),
+            _ if raw_path.starts_with("/v1/projects/") => vertex::route(raw_path),
             _ => bedrock::route(raw_path),
         }
     }
@@ -131,6 +136,7 @@ impl Dialect {
             Self::Embeddings(api) => {
                 embeddings::parse(api, model_id, body).map(|(facts, json, _)| (facts, json))
             }
+            Self::VertexAnthropic => vertex::parse_request(model_id, route.path_stream, body),
         }
     }
 
@@ -158,6 +164,8 @@ impl Dialect {
             (Self::BedrockConverse, false) => bedrock::converse::render_success(ctx, success),
             // The vectors need the texts: the handler answers embeddings itself.
             (Self::Embeddings(_), _) => openai_chat::render_success(ctx, success),
+            (Self::VertexAnthropic, true) => anthropic::render_stream(ctx, success),
+            (Self::VertexAnthropic, false) => anthropic::render_success(ctx, success),
         }
     }
 
@@ -172,6 +180,7 @@ impl Dialect {
             | Self::Embeddings(embeddings::Api::Titan | embeddings::Api::Cohere) => {
                 bedrock::render_error(ctx, error)
             }
+            Self::VertexAnthropic => anthropic::render_error(ctx, error),
         }
     }
 }
