@@ -164,6 +164,7 @@ const CONTEXT_WORDS: &[&str] = &[
     "prompt is too long",
     "input is too long",
     "too many input tokens",
+    "input token count",
 ];
 
 /// Words that make a rate-limit answer a quota. Narrow on purpose: real rate-limit messages
