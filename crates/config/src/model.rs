@@ -186,6 +186,8 @@ pub enum ProviderKind {
     OpenAi,
     Anthropic,
     Bedrock,
+    /// Google AI Gemini (`generateContent`, `x-goog-api-key`).
+    Gemini,
 }
 
 impl ProviderKind {
@@ -194,6 +196,7 @@ impl ProviderKind {
             ProviderKind::OpenAi => "openai",
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Bedrock => "bedrock",
+            ProviderKind::Gemini => "gemini",
         }
     }
 }

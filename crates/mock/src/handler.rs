@@ -61,6 +61,10 @@ pub(crate) async fn handle(
         return Ok(Dialect::OpenAiChat.render_error(&ctx, &error));
     };
     let dialect = route.dialect;
+    if dialect == Dialect::Gemini && !crate::dialect::gemini::has_key(&parts.headers) {
+        ctx.model = route.model_id.unwrap_or_default();
+        return Ok(dialect.render_error(&ctx, &crate::dialect::gemini::missing_key()));
+    }
 
     let parsed = match dialect {
         Dialect::Embeddings(api) => {
@@ -215,7 +219,7 @@ fn unix_now() -> u64 {
 }
 
 /// How the request authenticated: `sigv4` (`Authorization: AWS4-HMAC-SHA256 ...`), `bearer`,
-/// `x-api-key`, `other`, or `none`.
+/// `x-api-key`, `x-goog-api-key`, `other`, or `none`.
 fn auth_scheme(headers: &HeaderMap) -> &'static str {
     match headers
         .get(http::header::AUTHORIZATION)
@@ -225,6 +229,7 @@ fn auth_scheme(headers: &HeaderMap) -> &'static str {
         Some(v) if v.len() >= 7 && v[..7].eq_ignore_ascii_case(b"bearer ") => "bearer",
         Some(_) => "other",
         None if headers.contains_key("x-api-key") => "x-api-key",
+        None if headers.contains_key("x-goog-api-key") => "x-goog-api-key",
         None => "none",
     }
 }

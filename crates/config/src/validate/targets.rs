@@ -12,6 +12,8 @@ const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
 const MAX_CONNECT_TIMEOUT_MS: i64 = 300_000;
 const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
+/// The host root of Google AI: the gateway adds `/v1beta/models/{model}:…`.
+const GEMINI_BASE_URL: &str = "https://generativelanguage.googleapis.com";
 
 pub(super) fn targets(
     ctx: &mut Ctx<'_>,
@@ -59,6 +61,7 @@ fn target(
         ("openai", ProviderKind::OpenAi),
         ("anthropic", ProviderKind::Anthropic),
         ("bedrock", ProviderKind::Bedrock),
+        ("gemini", ProviderKind::Gemini),
     ];
     let provider = ctx.one_of(&t.provider, &choices, &join_key(path, "provider"));
 
@@ -107,6 +110,7 @@ fn target(
                 String::new()
             }
         },
+        (None, Some(ProviderKind::Gemini)) => GEMINI_BASE_URL.to_string(),
         (None, None) => String::new(),
     };
 

@@ -415,6 +415,7 @@ pub fn provider_name(kind: ProviderKind) -> &'static str {
         ProviderKind::OpenAi => "openai",
         ProviderKind::Anthropic => "anthropic",
         ProviderKind::Bedrock => "aws.bedrock",
+        ProviderKind::Gemini => "gcp.gemini",
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod anthropic;
 mod bedrock;
+mod gemini;
 mod openai;
 
 use std::time::Duration;
@@ -66,6 +67,7 @@ impl Endpoint {
             ProviderKind::OpenAi => (openai::PATHS, bearer),
             ProviderKind::Anthropic => (anthropic::PATHS, str::to_owned),
             ProviderKind::Bedrock => (&[], bearer),
+            ProviderKind::Gemini => (&[], str::to_owned),
         };
         let uris = paths
             .iter()
@@ -162,6 +164,8 @@ pub fn format_for(kind: ProviderKind, caller: Dialect) -> Dialect {
         (ProviderKind::Anthropic, _) => Dialect::AnthropicMessages,
         (ProviderKind::Bedrock, Dialect::BedrockInvoke) => Dialect::BedrockInvoke,
         (ProviderKind::Bedrock, _) => Dialect::BedrockConverse,
+        // Google AI has no embeddings in this format: the request cannot be translated.
+        (ProviderKind::Gemini, _) => Dialect::Gemini,
     }
 }
 
@@ -185,6 +189,7 @@ pub fn request(out: Outbound<'_>) -> Result<http::Request<Full<Bytes>>, BuildErr
         ProviderKind::OpenAi => openai::request(out),
         ProviderKind::Anthropic => anthropic::request(out),
         ProviderKind::Bedrock => bedrock::request(out),
+        ProviderKind::Gemini => gemini::request(out),
     }
 }
 

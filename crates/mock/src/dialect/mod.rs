@@ -12,6 +12,7 @@
 pub mod anthropic;
 pub mod bedrock;
 pub mod embeddings;
+pub mod gemini;
 pub mod openai_chat;
 pub mod openai_responses;
 
@@ -67,6 +68,8 @@ pub enum Dialect {
     /// `POST /v1/embeddings`, and `POST /model/{modelId}/invoke` for a Titan or Cohere embedding
     /// model id (see [`embeddings`]).
     Embeddings(embeddings::Api),
+    /// `POST /{v1beta|v1}/models/{model}:generateContent` and `:streamGenerateContent`.
+    Gemini,
 }
 
 /// A dialect endpoint matched by method and raw path.
@@ -102,7 +105,7 @@ impl Dialect {
             "/v1/responses" => plain(Self::OpenAiResponses),
             "/v1/messages" => plain(Self::Anthropic),
             "/v1/embeddings" => plain(Self::Embeddings(embeddings::Api::OpenAi)),
-            _ => bedrock::route(raw_path),
+            _ => bedrock::route(raw_path).or_else(|| gemini::route(raw_path)),
         }
     }
 
@@ -125,6 +128,7 @@ impl Dialect {
             Self::Embeddings(api) => {
                 embeddings::parse(api, model_id, body).map(|(facts, json, _)| (facts, json))
             }
+            Self::Gemini => gemini::parse_request(model_id, route.path_stream, body),
         }
     }
 
@@ -152,6 +156,8 @@ impl Dialect {
             (Self::BedrockConverse, false) => bedrock::converse::render_success(ctx, success),
             // The vectors need the texts: the handler answers embeddings itself.
             (Self::Embeddings(_), _) => openai_chat::render_success(ctx, success),
+            (Self::Gemini, true) => gemini::render_stream(ctx, success),
+            (Self::Gemini, false) => gemini::render_success(ctx, success),
         }
     }
 
@@ -166,6 +172,7 @@ impl Dialect {
             | Self::Embeddings(embeddings::Api::Titan | embeddings::Api::Cohere) => {
                 bedrock::render_error(ctx, error)
             }
+            Self::Gemini => gemini::render_error(ctx, error),
         }
     }
 }
