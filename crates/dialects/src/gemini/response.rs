@@ -124,7 +124,7 @@ impl WUsage {
     pub(super) fn canonical(self) -> Usage {
         Usage {
             input_tokens: self.prompt_token_count,
-            output_tokens: self.candidates_token_count + self.thoughts_token_count,
+            output_tokens: self.candidates_token_count.saturating_add(self.thoughts_token_count),
         }
     }
 }
@@ -141,7 +141,7 @@ pub(super) fn out_usage(u: Usage) -> OutUsage {
     OutUsage {
         prompt_token_count: u.input_tokens,
         candidates_token_count: u.output_tokens,
-        total_token_count: u.input_tokens + u.output_tokens,
+        total_token_count: u.input_tokens.saturating_add(u.output_tokens),
     }
 }
 
