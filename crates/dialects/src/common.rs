@@ -136,7 +136,9 @@ pub(crate) fn specific_error_type<'a>(
 /// The class an error type (or code) names on its own, whatever the status.
 fn class_of_type(error_type: &str) -> ErrorClass {
     match error_type {
-        "invalid_request_error" | "ValidationException" | "INVALID_ARGUMENT"
+        "invalid_request_error"
+        | "ValidationException"
+        | "INVALID_ARGUMENT"
         | "FAILED_PRECONDITION" => ErrorClass::InvalidRequest,
         "authentication_error" | "invalid_api_key" | "UNAUTHENTICATED" => {
             ErrorClass::Authentication

@@ -657,6 +657,8 @@ mod tests {
             output_format: get("output_format"),
             stream_options: get("stream_options"),
             guardrail_config: get("guardrailConfig"),
+            generation_config: get("generationConfig"),
+            safety_settings: get("safetySettings"),
         };
         let request = ParsedRequest::from_members(dialect, text, &members)?;
         Ok(ParsedRequest { body, ..request })

@@ -77,7 +77,9 @@ impl Dialect {
                 bedrock::parse_request(self, path_model.unwrap_or_default(), body, path_stream)
             }
             Dialect::OpenAiEmbeddings => crate::openai_embeddings::parse_request(body),
-            Dialect::Gemini => gemini::parse_request(path_model.unwrap_or_default(), body, path_stream),
+            Dialect::Gemini => {
+                gemini::parse_request(path_model.unwrap_or_default(), body, path_stream)
+            }
             _ => ParsedRequest::parse_json_top(self, body),
         }
     }

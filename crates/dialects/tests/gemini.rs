@@ -5,14 +5,16 @@
 
 use bytes::Bytes;
 use serde_json::{json, Value};
-use sidetrack_dialects::canonical::{
-    ChatResponse, Part, StopReason, StreamEvent, ToolChoice,
-};
+use sidetrack_dialects::canonical::{ChatResponse, Part, StopReason, StreamEvent, ToolChoice};
 use sidetrack_dialects::{gemini, Dialect, GatewayErrorKind, Usage};
 
 fn parsed(body: &Value) -> sidetrack_dialects::ParsedRequest {
     Dialect::Gemini
-        .parse_request(Bytes::from(body.to_string()), Some("gemini-2.5-flash"), false)
+        .parse_request(
+            Bytes::from(body.to_string()),
+            Some("gemini-2.5-flash"),
+            false,
+        )
         .unwrap()
 }
 
@@ -183,7 +185,10 @@ fn gateway_errors_use_google_status_names() {
         let r = Dialect::Gemini.render_error(kind, "msg");
         assert_eq!(r.status, status);
         let v: Value = serde_json::from_slice(&r.body).unwrap();
-        assert_eq!(v, json!({"error": {"code": status, "message": "msg", "status": name}}));
+        assert_eq!(
+            v,
+            json!({"error": {"code": status, "message": "msg", "status": name}})
+        );
     }
 }
 
@@ -195,9 +200,13 @@ fn upstream_errors_translate_both_ways() {
     assert_eq!(v["error"]["status"], "RESOURCE_EXHAUSTED");
     assert_eq!(r.status, 429);
     // A Gemini 503 to an Anthropic caller: overloaded.
-    let body = br#"{"error":{"code":503,"message":"The model is overloaded.","status":"UNAVAILABLE"}}"#;
+    let body =
+        br#"{"error":{"code":503,"message":"The model is overloaded.","status":"UNAVAILABLE"}}"#;
     let (ty, msg) = Dialect::Gemini.parse_error(503, None, body);
-    assert_eq!((ty.as_str(), msg.as_str()), ("UNAVAILABLE", "The model is overloaded."));
+    assert_eq!(
+        (ty.as_str(), msg.as_str()),
+        ("UNAVAILABLE", "The model is overloaded.")
+    );
     let r = Dialect::AnthropicMessages.render_upstream_error(503, &ty, &msg);
     let v: Value = serde_json::from_slice(&r.body).unwrap();
     assert_eq!(v["error"]["type"], "overloaded_error");

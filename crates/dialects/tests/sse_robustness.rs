@@ -13,7 +13,8 @@ use serde_json::Value;
 use sidetrack_dialects::canonical::{StopReason, StreamEvent};
 use sidetrack_dialects::sse::{SseDecoder, SseEvent};
 use sidetrack_dialects::{
-    anthropic_messages, gemini, openai_chat, openai_responses, Dialect, StreamEventClass as Meaning, Usage,
+    anthropic_messages, gemini, openai_chat, openai_responses, Dialect,
+    StreamEventClass as Meaning, Usage,
 };
 
 /// splitmix64: small, fast, and deterministic, so a failure reproduces from its iteration number.

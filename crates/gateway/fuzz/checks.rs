@@ -41,7 +41,10 @@ pub fn request_path(data: &[u8]) {
             raw_model,
             operation,
         } => {
-            assert!(!raw_model.is_empty() && !raw_model.contains('/'), "{path:?}");
+            assert!(
+                !raw_model.is_empty() && !raw_model.contains('/'),
+                "{path:?}"
+            );
             let rebuilt = format!("/models/{raw_model}:{operation}");
             assert!(
                 path.strip_prefix("/v1beta") == Some(&rebuilt)

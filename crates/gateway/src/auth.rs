@@ -119,11 +119,13 @@ fn presented_key(headers: &HeaderMap) -> Option<&str> {
             return Some(v[7..].trim());
         }
     }
-    ["x-api-key", "x-goog-api-key"].into_iter().find_map(|name| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-    })
+    ["x-api-key", "x-goog-api-key"]
+        .into_iter()
+        .find_map(|name| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+        })
 }

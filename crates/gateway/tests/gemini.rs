@@ -82,18 +82,24 @@ fn mock() -> sidetrack_mock::MockConfig {
         ),
         (
             "gemini-tool",
-            behaviour(json!({"toolCall": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"},
-                "usage": usage(60, 12)})),
+            behaviour(
+                json!({"toolCall": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"},
+                "usage": usage(60, 12)}),
+            ),
         ),
         (
             "gpt-tool",
-            behaviour(json!({"toolCall": {"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"},
-                "usage": usage(70, 13)})),
+            behaviour(
+                json!({"toolCall": {"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"},
+                "usage": usage(70, 13)}),
+            ),
         ),
         (
             "claude-tool",
-            behaviour(json!({"toolCall": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"},
-                "usage": usage(80, 14)})),
+            behaviour(
+                json!({"toolCall": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"},
+                "usage": usage(80, 14)}),
+            ),
         ),
     ])
 }
@@ -114,8 +120,12 @@ fn tool_body() -> Value {
 const KEY: (&str, &str) = ("x-goog-api-key", "caller-key");
 
 async fn generate(env: &Env, model: &str, body: Value) -> common::Reply {
-    env.post(&format!("/v1beta/models/{model}:generateContent"), body, &[KEY])
-        .await
+    env.post(
+        &format!("/v1beta/models/{model}:generateContent"),
+        body,
+        &[KEY],
+    )
+    .await
 }
 
 async fn stream(env: &Env, model: &str, body: Value) -> common::Reply {
@@ -138,7 +148,12 @@ fn chunks(sse: &str) -> Vec<Value> {
 fn chunk_text(chunks: &[Value]) -> String {
     chunks
         .iter()
-        .flat_map(|c| c["candidates"][0]["content"]["parts"].as_array().cloned().unwrap_or_default())
+        .flat_map(|c| {
+            c["candidates"][0]["content"]["parts"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
         .filter_map(|p| p["text"].as_str().map(str::to_owned))
         .collect()
 }
@@ -158,7 +173,10 @@ async fn a_gemini_caller_is_served_by_a_gemini_target_as_sent() {
     let r = generate(&env, "gemini-up", gen_body()).await;
     assert_eq!(r.status, 200, "{}", r.body);
     let v = r.json();
-    assert_eq!(v["candidates"][0]["content"]["parts"][0]["text"], "from gemini");
+    assert_eq!(
+        v["candidates"][0]["content"]["parts"][0]["text"],
+        "from gemini"
+    );
     assert_eq!(v["candidates"][0]["finishReason"], "STOP");
     assert_eq!(usage_of(&v), (51, 11, 62));
     // The upstream got the target's key in x-goog-api-key, the body as sent (no model in it).
@@ -167,8 +185,7 @@ async fn a_gemini_caller_is_served_by_a_gemini_target_as_sent() {
     assert_eq!(seen["headers"]["x-goog-api-key"], "gem-key");
     assert_eq!(seen["body"], gen_body());
     assert_eq!(
-        seen["path"],
-        "/v1beta/models/gemini-up:generateContent",
+        seen["path"], "/v1beta/models/gemini-up:generateContent",
         "{seen}"
     );
     let rec = env.record(1).await;
@@ -195,7 +212,11 @@ async fn a_gemini_503_falls_back_to_anthropic_and_openai_in_gemini_shape() {
         let v = r.json();
         assert_eq!(v["candidates"][0]["content"]["parts"][0]["text"], text);
         assert_eq!(v["candidates"][0]["finishReason"], "STOP");
-        assert_eq!(usage_of(&v), u, "{model}: usage as the upstream reported it");
+        assert_eq!(
+            usage_of(&v),
+            u,
+            "{model}: usage as the upstream reported it"
+        );
 
         let r = stream(&env, model, gen_body()).await;
         assert_eq!(r.status, 200, "{model}: {}", r.body);
@@ -327,9 +348,14 @@ async fn tool_calls_cross_between_gemini_and_openai_or_anthropic() {
 async fn safety_settings_make_other_formats_ineligible() {
     let env = start(ROUTES, mock()).await;
     let mut body = gen_body();
-    body["safetySettings"] = json!([{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_LOW_AND_ABOVE"}]);
+    body["safetySettings"] =
+        json!([{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_LOW_AND_ABOVE"}]);
     let r = generate(&env, "to-openai", body.clone()).await;
-    assert_eq!(r.status, 503, "the primary's error, not a served answer: {}", r.body);
+    assert_eq!(
+        r.status, 503,
+        "the primary's error, not a served answer: {}",
+        r.body
+    );
     assert_eq!(r.json()["error"]["status"], "UNAVAILABLE");
     assert_eq!(env.hits("gpt-up"), 0, "the OpenAI target saw nothing");
     let rec = env.record(1).await;
@@ -362,14 +388,16 @@ async fn a_filtered_gemini_answer_is_content_filtered_for_other_callers() {
 
 #[tokio::test]
 async fn caller_keys_come_in_x_goog_api_key_and_errors_are_googles() {
-    let yaml = format!(
-        "{ROUTES}auth:\n  keys:\n    - {{ key: caller-key, principal: genai }}\n"
-    );
+    let yaml = format!("{ROUTES}auth:\n  keys:\n    - {{ key: caller-key, principal: genai }}\n");
     let env = start(&yaml, mock()).await;
     let r = generate(&env, "gemini-up", gen_body()).await;
     assert_eq!(r.status, 200, "{}", r.body);
     let r = env
-        .post("/v1/models/gemini-up:generateContent", gen_body(), &[("x-goog-api-key", "wrong")])
+        .post(
+            "/v1/models/gemini-up:generateContent",
+            gen_body(),
+            &[("x-goog-api-key", "wrong")],
+        )
         .await;
     assert_eq!(r.status, 401);
     assert_eq!(r.json()["error"]["status"], "UNAUTHENTICATED");
@@ -377,7 +405,10 @@ async fn caller_keys_come_in_x_goog_api_key_and_errors_are_googles() {
         .post("/v1/models/gemini-up:generateContent", gen_body(), &[])
         .await;
     assert_eq!(r.status, 401);
-    assert!(r.json()["error"]["message"].as_str().unwrap().contains("x-goog-api-key"));
+    assert!(r.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("x-goog-api-key"));
     // Unknown method, a stream without alt=sse, no route: Google-shaped refusals.
     let r = env
         .post("/v1beta/models/gemini-up:countTokens", gen_body(), &[KEY])
@@ -385,7 +416,11 @@ async fn caller_keys_come_in_x_goog_api_key_and_errors_are_googles() {
     assert_eq!(r.status, 404);
     assert_eq!(r.json()["error"]["status"], "NOT_FOUND");
     let r = env
-        .post("/v1beta/models/gemini-up:streamGenerateContent", gen_body(), &[KEY])
+        .post(
+            "/v1beta/models/gemini-up:streamGenerateContent",
+            gen_body(),
+            &[KEY],
+        )
         .await;
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["error"]["status"], "INVALID_ARGUMENT");
@@ -431,12 +466,7 @@ async fn reqwest_like(env: &Env) -> (u16, Value) {
 async fn the_google_genai_sdk_talks_to_sidetrack() {
     let env = start(ROUTES, mock()).await;
     let base = env.gw.base_url();
-    let out = run_sdk_env(
-        "gemini_genai.py",
-        &[&base, "caller-key"],
-        &[],
-    )
-    .await;
+    let out = run_sdk_env("gemini_genai.py", &[&base, "caller-key"], &[]).await;
     assert_eq!(out["plain"]["text"], "from gemini", "{out}");
     assert_eq!(out["plain"]["finish"], "STOP");
     assert_eq!(out["plain"]["usage"], json!([51, 11, 62]));
@@ -448,5 +478,9 @@ async fn the_google_genai_sdk_talks_to_sidetrack() {
     assert_eq!(out["tool"]["name"], "get_weather");
     assert_eq!(out["tool"]["args"], json!({"city": "Rome"}));
     assert_eq!(out["safety"]["code"], 503);
-    assert_eq!(env.hits("gpt-up"), 1, "the safety request never reached OpenAI");
+    assert_eq!(
+        env.hits("gpt-up"),
+        1,
+        "the safety request never reached OpenAI"
+    );
 }

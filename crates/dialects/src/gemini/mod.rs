@@ -138,8 +138,12 @@ mod tests {
         assert_eq!(p.model, "g");
         assert_eq!(p.features.guardrail, Some(Dialect::Gemini));
         assert!(p.features.tools);
-        let p = parse_request("g", Bytes::from_static(br#"{"contents":[],"safetySettings":[]}"#), true)
-            .unwrap();
+        let p = parse_request(
+            "g",
+            Bytes::from_static(br#"{"contents":[],"safetySettings":[]}"#),
+            true,
+        )
+        .unwrap();
         assert_eq!(p.features.guardrail, None);
         assert!(p.stream);
     }

@@ -44,7 +44,11 @@ pub fn to_canonical(req: &ParsedRequest) -> Result<ChatRequest, TranslateError> 
         let role = match c.role.as_deref().unwrap_or("user") {
             "user" | "function" | "tool" => Role::User,
             "model" | "assistant" => Role::Assistant,
-            other => return Err(terr(format!("gemini contents[{i}]: role `{other}` is unknown"))),
+            other => {
+                return Err(terr(format!(
+                    "gemini contents[{i}]: role `{other}` is unknown"
+                )))
+            }
         };
         let mut content = Vec::new();
         for p in c.parts {
@@ -106,15 +110,15 @@ pub fn to_canonical(req: &ParsedRequest) -> Result<ChatRequest, TranslateError> 
     }
     let mut tools = Vec::new();
     for (i, raw) in wire.tools.into_iter().flatten().enumerate() {
-        let keys: Map<String, Value> = serde_json::from_str(raw.get())
-            .map_err(|e| terr(format!("gemini tools[{i}]: {e}")))?;
+        let keys: Map<String, Value> =
+            serde_json::from_str(raw.get()).map_err(|e| terr(format!("gemini tools[{i}]: {e}")))?;
         if let Some(key) = keys.keys().find(|k| *k != "functionDeclarations") {
             return Err(terr(format!(
                 "gemini tools[{i}]: built-in tool `{key}` cannot be translated"
             )));
         }
-        let t: WToolGroup = serde_json::from_str(raw.get())
-            .map_err(|e| terr(format!("gemini tools[{i}]: {e}")))?;
+        let t: WToolGroup =
+            serde_json::from_str(raw.get()).map_err(|e| terr(format!("gemini tools[{i}]: {e}")))?;
         for f in t.function_declarations.into_iter().flatten() {
             tools.push(Tool {
                 name: f.name,
@@ -144,13 +148,12 @@ pub fn to_canonical(req: &ParsedRequest) -> Result<ChatRequest, TranslateError> 
     if g.candidate_count.is_some_and(|n| n > 1) {
         return Err(terr("gemini candidateCount above 1 cannot be translated"));
     }
-    let json_schema = schema_text(g.response_json_schema, g.response_schema).map(|schema| {
-        JsonSchema {
+    let json_schema =
+        schema_text(g.response_json_schema, g.response_schema).map(|schema| JsonSchema {
             name: "response".into(),
             schema,
             strict: false,
-        }
-    });
+        });
     if json_schema.is_none() && g.response_mime_type.as_deref() == Some("application/json") {
         return Err(terr(
             "gemini responseMimeType application/json without a schema cannot be translated",
@@ -174,7 +177,10 @@ pub fn to_canonical(req: &ParsedRequest) -> Result<ChatRequest, TranslateError> 
 /// A schema as canonical text: a JSON-schema field verbatim, else Gemini's OpenAPI-style
 /// `Schema` with its upper-case type names (`OBJECT`) in JSON schema's lower case (verbatim when
 /// it has none).
-fn schema_text(json_schema: Option<Box<RawValue>>, schema: Option<Box<RawValue>>) -> Option<String> {
+fn schema_text(
+    json_schema: Option<Box<RawValue>>,
+    schema: Option<Box<RawValue>>,
+) -> Option<String> {
     if let Some(s) = json_schema.filter(|s| s.get() != "null") {
         return Some(s.get().to_owned());
     }
@@ -291,7 +297,11 @@ pub fn request_body(req: &ChatRequest) -> Result<Bytes, TranslateError> {
     }
     let system = (!req.system.is_empty()).then(|| OutContent {
         role: None,
-        parts: req.system.iter().map(|t| OutPart::Text { text: t }).collect(),
+        parts: req
+            .system
+            .iter()
+            .map(|t| OutPart::Text { text: t })
+            .collect(),
     });
     let decls = req
         .tools
@@ -333,7 +343,11 @@ pub fn request_body(req: &ChatRequest) -> Result<Bytes, TranslateError> {
     let body = OutRequest {
         contents,
         system_instruction: system,
-        tools: (!decls.is_empty()).then(|| vec![OutToolGroup { function_declarations: decls }]),
+        tools: (!decls.is_empty()).then(|| {
+            vec![OutToolGroup {
+                function_declarations: decls,
+            }]
+        }),
         tool_config,
         generation_config: (!empty_g).then_some(g),
     };

@@ -23,7 +23,11 @@ pub fn parse_response(body: &[u8]) -> Result<ChatResponse, TranslateError> {
     let cand = w.candidates.into_iter().next();
     let blocked = cand.is_none() && w.prompt_feedback.is_some_and(|f| f.block_reason.is_some());
     let reason = cand.as_ref().and_then(|c| c.finish_reason.clone());
-    for p in cand.and_then(|c| c.content).map(|c| c.parts).unwrap_or_default() {
+    for p in cand
+        .and_then(|c| c.content)
+        .map(|c| c.parts)
+        .unwrap_or_default()
+    {
         content.extend(part_of(p, &mut calls));
     }
     let has_call = content.iter().any(|p| matches!(p, Part::ToolCall { .. }));
@@ -124,7 +128,9 @@ impl WUsage {
     pub(super) fn canonical(self) -> Usage {
         Usage {
             input_tokens: self.prompt_token_count,
-            output_tokens: self.candidates_token_count.saturating_add(self.thoughts_token_count),
+            output_tokens: self
+                .candidates_token_count
+                .saturating_add(self.thoughts_token_count),
         }
     }
 }
@@ -218,8 +224,7 @@ pub(super) fn stop_from_wire(reason: Option<&str>, has_call: bool) -> StopReason
     match reason {
         Some("MAX_TOKENS") => StopReason::MaxTokens,
         Some(
-            "SAFETY" | "PROHIBITED_CONTENT" | "BLOCKLIST" | "SPII" | "RECITATION"
-            | "IMAGE_SAFETY",
+            "SAFETY" | "PROHIBITED_CONTENT" | "BLOCKLIST" | "SPII" | "RECITATION" | "IMAGE_SAFETY",
         ) => StopReason::ContentFilter,
         _ if has_call => StopReason::ToolUse,
         _ => StopReason::EndTurn, // STOP, OTHER, MALFORMED_FUNCTION_CALL, LANGUAGE, unknown
@@ -303,7 +308,10 @@ pub fn parse_error(status: u16, body: &[u8]) -> (String, String) {
     match (e["status"].as_str(), e["message"].as_str()) {
         (Some(s), m) => (
             s.to_owned(),
-            m.map_or_else(|| format!("upstream error (status {status})"), str::to_owned),
+            m.map_or_else(
+                || format!("upstream error (status {status})"),
+                str::to_owned,
+            ),
         ),
         _ => crate::common::parse_any_error(status, body, class_status),
     }

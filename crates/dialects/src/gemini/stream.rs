@@ -115,7 +115,11 @@ impl StreamDecoder {
         let cand = w.candidates.into_iter().next();
         let blocked = cand.is_none() && w.prompt_feedback.is_some_and(|f| f.block_reason.is_some());
         let reason = cand.as_ref().and_then(|c| c.finish_reason.clone());
-        for p in cand.and_then(|c| c.content).map(|c| c.parts).unwrap_or_default() {
+        for p in cand
+            .and_then(|c| c.content)
+            .map(|c| c.parts)
+            .unwrap_or_default()
+        {
             match part_of(p, &mut self.calls) {
                 Some(Part::Text(t)) => {
                     if t.is_empty() {
@@ -241,7 +245,8 @@ impl StreamEncoder {
             }
             StreamEvent::TextDelta { text, .. } => self.chunk(vec![OutPart::Text { text }], None),
             StreamEvent::ToolCallStart { index, id, name } => {
-                self.calls.push((*index, id.clone(), name.clone(), String::new()));
+                self.calls
+                    .push((*index, id.clone(), name.clone(), String::new()));
                 Bytes::new()
             }
             StreamEvent::ToolCallDelta { index, arguments } => {
@@ -250,7 +255,8 @@ impl StreamEncoder {
                 }
                 Bytes::new()
             }
-            StreamEvent::BlockStop { index } => match self.calls.iter().position(|c| c.0 == *index) {
+            StreamEvent::BlockStop { index } => match self.calls.iter().position(|c| c.0 == *index)
+            {
                 Some(k) => {
                     let (_, id, name, args) = self.calls.remove(k);
                     self.chunk(vec![Self::call_part(&id, &name, &args)], None)

@@ -110,9 +110,7 @@ fn refuse<B>(
         DataPath::Dialect(_, dialect) => {
             error_response(dialect, GatewayErrorKind::PermissionDenied, &msg, None)
         }
-        DataPath::Gemini { .. } if inference => {
-            logged(Dialect::Gemini, Cow::Owned(raw.to_owned()))
-        }
+        DataPath::Gemini { .. } if inference => logged(Dialect::Gemini, Cow::Owned(raw.to_owned())),
         DataPath::Gemini { .. } => error_response(
             Dialect::Gemini,
             GatewayErrorKind::PermissionDenied,

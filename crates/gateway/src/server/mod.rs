@@ -227,7 +227,16 @@ async fn gemini(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     };
     let path = Cow::Owned(raw.to_owned());
     let (parts, body) = req.into_parts();
-    handle(shared, path, Dialect::Gemini, Some(model), stream, parts, body).await
+    handle(
+        shared,
+        path,
+        Dialect::Gemini,
+        Some(model),
+        stream,
+        parts,
+        body,
+    )
+    .await
 }
 
 /// The phases of one request (SPEC §5.1), top to bottom. `path` is the request's path (the

@@ -136,7 +136,10 @@ pub fn render_stream(ctx: &RenderContext, success: &Success) -> Response<MockBod
         ctx: ctx.clone(),
         success_usage: success.usage,
         finish: finish_reason(success),
-        tool: success.tool_call.as_ref().map(|t| (t.name.clone(), String::new())),
+        tool: success
+            .tool_call
+            .as_ref()
+            .map(|t| (t.name.clone(), String::new())),
     };
     let steps = body::stream_steps(&mut encoder, success);
     response(
@@ -350,7 +353,11 @@ impl Part {
     fn call(name: &str, arguments: &str) -> Part {
         Part::FunctionCall(FunctionCall {
             name: name.to_owned(),
-            args: raw_json(if arguments.trim().is_empty() { "{}" } else { arguments }),
+            args: raw_json(if arguments.trim().is_empty() {
+                "{}"
+            } else {
+                arguments
+            }),
         })
     }
 }
