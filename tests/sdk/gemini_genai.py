@@ -1,12 +1,14 @@
 """Drives sidetrack with Google's `google-genai` SDK pointed at it unchanged (only the base URL);
 prints one JSON object for the Rust test (crates/gateway/tests/gemini.rs).
 
-usage: gemini_genai.py BASE_URL API_KEY
-Cases: `plain` (generate_content on a Gemini target), `to_anthropic` (a Gemini 503, served by
+usage: gemini_genai.py cases BASE_URL API_KEY | usage_matrix BASE_URL API_KEY MODELS
+`cases`: `plain` (generate_content on a Gemini target), `to_anthropic` (a Gemini 503, served by
 Anthropic), `to_openai_stream` (generate_content_stream, a Gemini 503, served by OpenAI), `tool`
 (a function declaration answered with an OpenAI tool call), `safety` (safetySettings with only an
 OpenAI fallback: the Gemini 503 comes back as the SDK's error). Retries are off so the test counts
-upstream hits exactly.
+upstream hits exactly. `usage_matrix` takes MODELS comma-separated and reports, per model, the
+usage of `generate_content` and every `usage_metadata` of `generate_content_stream` with the finish
+reason of its chunk: `{"MODEL": {"complete": {...}, "stream": [{...}, ...]}}`.
 """
 import json
 import sys
@@ -19,14 +21,36 @@ def usage(u) -> list:
     return [u.prompt_token_count, u.candidates_token_count, u.total_token_count]
 
 
+def counts(u) -> dict:
+    return {"input": u.prompt_token_count, "output": u.candidates_token_count,
+            "total": u.total_token_count}
+
+
+def usage_matrix(client, models: list) -> dict:
+    out = {}
+    for model in models:
+        done = client.models.generate_content(model=model, contents="hi")
+        chunks = []
+        for chunk in client.models.generate_content_stream(model=model, contents="hi"):
+            if chunk.usage_metadata is not None:
+                finish = chunk.candidates[0].finish_reason if chunk.candidates else None
+                chunks.append(dict(counts(chunk.usage_metadata),
+                                   finish=finish.value if finish is not None else None))
+        out[model] = {"complete": counts(done.usage_metadata), "stream": chunks}
+    return out
+
+
 def main() -> None:
-    base, key = sys.argv[1], sys.argv[2]
+    mode, base, key = sys.argv[1], sys.argv[2], sys.argv[3]
     client = genai.Client(
         api_key=key,
         http_options=types.HttpOptions(
             base_url=base, api_version="v1beta", retry_options=types.HttpRetryOptions(attempts=1)
         ),
     )
+    if mode == "usage_matrix":
+        print(json.dumps(usage_matrix(client, sys.argv[4].split(","))))
+        return
     out = {}
 
     r = client.models.generate_content(model="gemini-up", contents="hi")

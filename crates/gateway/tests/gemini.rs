@@ -466,7 +466,7 @@ async fn reqwest_like(env: &Env) -> (u16, Value) {
 async fn the_google_genai_sdk_talks_to_sidetrack() {
     let env = start(ROUTES, mock()).await;
     let base = env.gw.base_url();
-    let out = run_sdk_env("gemini_genai.py", &[&base, "caller-key"], &[]).await;
+    let out = run_sdk_env("gemini_genai.py", &["cases", &base, "caller-key"], &[]).await;
     assert_eq!(out["plain"]["text"], "from gemini", "{out}");
     assert_eq!(out["plain"]["finish"], "STOP");
     assert_eq!(out["plain"]["usage"], json!([51, 11, 62]));
