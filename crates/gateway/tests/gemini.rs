@@ -35,18 +35,24 @@ rules:
     routeToTarget:
       staticRoute: { target: oai, model: gpt-down }
       fallback: { targetFallback: [ { target: gem, model: gemini-up } ] }
-  - name: gemini-only
+  - name: gemini-stream-error-then-openai
     priority: 4
+    matchModels: ["stream-error-to-openai"]
+    routeToTarget:
+      staticRoute: { target: gem, model: gemini-stream-error }
+      fallback: { targetFallback: [ { target: oai, model: gpt-up } ] }
+  - name: gemini-only
+    priority: 5
     matchModels: ["gemini-*"]
     routeToTarget:
       staticRoute: { target: gem }
   - name: openai-only
-    priority: 5
+    priority: 6
     matchModels: ["gpt-*"]
     routeToTarget:
       staticRoute: { target: oai }
   - name: anthropic-only
-    priority: 6
+    priority: 7
     matchModels: ["claude-*"]
     routeToTarget:
       staticRoute: { target: ant }
@@ -63,6 +69,10 @@ fn usage(prompt: u64, completion: u64) -> Value {
 fn mock() -> sidetrack_mock::MockConfig {
     behaviours(&[
         ("gemini-down", status(503)),
+        (
+            "gemini-stream-error",
+            behaviour(json!({"streamErrorAfterChunks": 0, "streamErrorType": "UNAVAILABLE"})),
+        ),
         ("gpt-down", status(503)),
         (
             "claude-up",
@@ -268,6 +278,26 @@ async fn an_openai_caller_falls_back_to_a_gemini_target() {
         seen["path"], "/v1beta/models/gemini-up:streamGenerateContent",
         "the query is not part of the recorded path: {seen}"
     );
+}
+
+/// A Gemini stream whose first chunk is an error (`UNAVAILABLE`) has sent no content: it is
+/// classified as a 503 (`OVERLOADED`) before the commit and the request falls back.
+#[tokio::test]
+async fn an_in_stream_gemini_error_before_content_falls_back() {
+    let env = start(ROUTES, mock()).await;
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            json!({"model": "stream-error-to-openai", "stream": true,
+                   "messages": [{"role": "user", "content": "hi"}]}),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(common::streamed_text(&r.body), "from gpt", "{}", r.body);
+    assert_eq!(env.hits("gemini-stream-error"), 1);
+    let rec = env.record(1).await;
+    assert_eq!(Env::route(&rec), ["gem/gemini-stream-error", "oai/gpt-up"]);
 }
 
 #[tokio::test]
