@@ -462,6 +462,28 @@ async fn caller_keys_come_in_x_goog_api_key_and_errors_are_googles() {
     );
 }
 
+/// The Gemini routes answer POST only; any other method is the gateway's usual 404.
+#[tokio::test]
+async fn other_methods_on_gemini_paths_are_not_found() {
+    use http_body_util::{BodyExt, Empty};
+    let env = start(ROUTES, mock()).await;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Empty<bytes::Bytes>>();
+    for path in [
+        "/v1/models/gemini-up",
+        "/v1beta/models/gemini-up:generateContent",
+    ] {
+        let uri: http::Uri = format!("{}{path}", env.gw.base_url()).parse().unwrap();
+        let resp = client.get(uri).await.unwrap();
+        assert_eq!(resp.status(), 404, "{path}");
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert!(
+            String::from_utf8_lossy(&body).contains("no endpoint GET"),
+            "{path}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn the_mock_requires_a_gemini_key() {
     let env = start(ROUTES, mock()).await;
