@@ -283,6 +283,8 @@ pub enum ProviderKind {
     /// Azure OpenAI (SPEC §13): OpenAI's wire format on Azure's deployment URLs.
     Azure,
     Vertex,
+    /// Google AI Gemini (`generateContent`, `x-goog-api-key`).
+    Gemini,
 }
 
 impl ProviderKind {
@@ -293,6 +295,7 @@ impl ProviderKind {
             ProviderKind::Bedrock => "bedrock",
             ProviderKind::Azure => "azure",
             ProviderKind::Vertex => "vertex",
+            ProviderKind::Gemini => "gemini",
         }
     }
 }

@@ -136,8 +136,18 @@ pub(crate) fn specific_error_type<'a>(
 /// The class an error type (or code) names on its own, whatever the status.
 fn class_of_type(error_type: &str) -> ErrorClass {
     match error_type {
-        "invalid_request_error" | "ValidationException" => ErrorClass::InvalidRequest,
-        "authentication_error" | "invalid_api_key" => ErrorClass::Authentication,
+        "invalid_request_error"
+        | "ValidationException"
+        | "INVALID_ARGUMENT"
+        | "FAILED_PRECONDITION" => ErrorClass::InvalidRequest,
+        "authentication_error" | "invalid_api_key" | "UNAUTHENTICATED" => {
+            ErrorClass::Authentication
+        }
+        "PERMISSION_DENIED" => ErrorClass::Permission,
+        "NOT_FOUND" => ErrorClass::NotFound,
+        "DEADLINE_EXCEEDED" => ErrorClass::Timeout,
+        "RESOURCE_EXHAUSTED" => ErrorClass::RateLimit,
+        "UNAVAILABLE" => ErrorClass::Overloaded,
         "billing_error" => ErrorClass::Billing,
         "permission_error" | "AccessDeniedException" => ErrorClass::Permission,
         "not_found_error" | "ResourceNotFoundException" => ErrorClass::NotFound,
@@ -190,6 +200,8 @@ pub(crate) struct ErrorFields {
     pub(crate) code_upper: Option<String>,
     pub(crate) detail_code: Option<String>,
     pub(crate) aws_type: Option<String>,
+    /// Google's `error.status` (`RESOURCE_EXHAUSTED`).
+    pub(crate) google_status: Option<String>,
     pub(crate) message: Option<String>,
 }
 
@@ -209,6 +221,7 @@ impl ErrorFields {
             detail_code: text(err.get("details").and_then(|d| d.get("error_code")))
                 .or_else(|| text(err.get("innererror").and_then(|d| d.get("code")))),
             aws_type: text(v.get("__type")),
+            google_status: text(err.get("status")),
             message: text(err.get("message").or_else(|| err.get("Message")))
                 .or_else(|| text(v.get("error"))),
         }

@@ -35,6 +35,8 @@ pub enum Family {
     Anthropic,
     /// Bedrock Converse and InvokeModel (restJson1 errors and event-stream exceptions).
     Bedrock,
+    /// Google Gemini (`{"error":{"code","message","status"}}`).
+    Gemini,
 }
 
 impl Family {
@@ -45,6 +47,7 @@ impl Family {
             | crate::Dialect::OpenAiEmbeddings => Family::OpenAi,
             crate::Dialect::AnthropicMessages => Family::Anthropic,
             crate::Dialect::BedrockInvoke | crate::Dialect::BedrockConverse => Family::Bedrock,
+            crate::Dialect::Gemini => Family::Gemini,
         }
     }
 }
@@ -95,6 +98,14 @@ pub fn bedrock(status: u16, header_type: Option<&str>, body: &[u8]) -> Option<Er
     classify(Family::Bedrock, status, codes, f.message.as_deref())
 }
 
+/// A Gemini error answer: `{"error":{"code","message","status"}}`; the `status` name
+/// (`RESOURCE_EXHAUSTED`, `UNAVAILABLE`) decides first.
+pub fn gemini(status: u16, body: &[u8]) -> Option<ErrorClass> {
+    let f = fields(body);
+    let codes = [f.google_status.as_deref(), f.code.as_deref(), None, None];
+    classify(Family::Gemini, status, codes, f.message.as_deref())
+}
+
 /// An error already taken apart: the `status`, `error_type` and `message` of a stream's error
 /// event (`StreamEventClass::Error`, `StreamEvent::Error`) or of `parse_error`'s answer.
 pub fn of_parsed(
@@ -141,6 +152,8 @@ fn class_of_code(code: &str) -> Option<ErrorClass> {
         ("server_is_overloaded", ErrorClass::Overloaded),
         ("ServiceUnavailableException", ErrorClass::Overloaded),
         ("ModelNotReadyException", ErrorClass::Overloaded),
+        ("RESOURCE_EXHAUSTED", ErrorClass::RateLimited),
+        ("UNAVAILABLE", ErrorClass::Overloaded),
     ];
     TABLE
         .iter()
@@ -158,6 +171,7 @@ const CONTEXT_WORDS: &[&str] = &[
     "prompt is too long",
     "input is too long",
     "too many input tokens",
+    "input token count",
 ];
 
 /// Words that make a rate-limit answer a quota. Narrow on purpose: real rate-limit messages

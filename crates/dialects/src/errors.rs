@@ -56,6 +56,14 @@ pub fn status_for_error_type(error_type: &str) -> u16 {
         | "tokens"
         | "insufficient_quota" => 429,
         "timeout_error" => 504,
+        // Google's status names (Gemini).
+        "INVALID_ARGUMENT" | "FAILED_PRECONDITION" => 400,
+        "UNAUTHENTICATED" => 401,
+        "PERMISSION_DENIED" => 403,
+        "NOT_FOUND" => 404,
+        "RESOURCE_EXHAUSTED" => 429,
+        "UNAVAILABLE" => 503,
+        "DEADLINE_EXCEEDED" => 504,
         "service_unavailable_error" | "server_is_overloaded" | "slow_down" => 503,
         "overloaded_error" => 529,
         _ => 500,

@@ -12,6 +12,7 @@ pub mod collect;
 pub(crate) mod common;
 pub mod error_class;
 pub mod errors;
+pub mod gemini;
 mod json_tail;
 pub mod openai_chat;
 pub mod openai_embeddings;
@@ -33,6 +34,8 @@ pub enum Dialect {
     BedrockConverse,
     /// `POST /v1/embeddings` (SPEC §12): not a chat dialect; see [`openai_embeddings`].
     OpenAiEmbeddings,
+    /// Google Gemini `generateContent` (SPEC §13): see [`gemini`].
+    Gemini,
 }
 
 impl Dialect {
@@ -44,6 +47,7 @@ impl Dialect {
             Dialect::BedrockInvoke => "bedrock-invoke",
             Dialect::BedrockConverse => "bedrock-converse",
             Dialect::OpenAiEmbeddings => "openai-embeddings",
+            Dialect::Gemini => "gemini",
         }
     }
 
@@ -55,6 +59,7 @@ impl Dialect {
             Dialect::BedrockInvoke,
             Dialect::BedrockConverse,
             Dialect::OpenAiEmbeddings,
+            Dialect::Gemini,
         ]
         .into_iter()
         .find(|d| d.as_str() == s)

@@ -28,7 +28,8 @@ pub struct Features {
     /// that format (the caller's own, passed through); translation would drop it, so every other
     /// destination is `INELIGIBLE:guardrail`. Set by the Bedrock dialects for a non-null
     /// `guardrailConfig` in the body, and by [`ParsedRequest::note_guardrail_headers`] for the
-    /// `X-Amzn-Bedrock-Guardrail*` headers. OpenAI chat, Responses and Anthropic Messages have no
+    /// `X-Amzn-Bedrock-Guardrail*` headers, and by the Gemini dialect for a non-empty
+    /// `safetySettings`. OpenAI chat, Responses and Anthropic Messages have no
     /// request-side guardrail field.
     pub guardrail: Option<Dialect>,
     /// An embeddings request (SPEC §12) asked for `encoding_format: base64`: a translated answer
@@ -370,6 +371,10 @@ pub(crate) struct TopMembers<'a> {
     pub(crate) stream_options: Option<&'a RawValue>,
     /// Bedrock's `guardrailConfig` (Converse; SPEC §11 guardrails).
     pub(crate) guardrail_config: Option<&'a RawValue>,
+    /// Gemini's `generationConfig` (structured output).
+    pub(crate) generation_config: Option<&'a RawValue>,
+    /// Gemini's `safetySettings` (SPEC §11: a safety setting is never dropped).
+    pub(crate) safety_settings: Option<&'a RawValue>,
 }
 
 /// Reads [`TopMembers`] and refuses a repeated top-level key or too many members, noting why in
@@ -417,6 +422,8 @@ impl<'de> Visitor<'de> for TopMembersSeed<'_> {
                 TopKey::OutputFormat => (&mut top.output_format, "output_format"),
                 TopKey::StreamOptions => (&mut top.stream_options, "stream_options"),
                 TopKey::GuardrailConfig => (&mut top.guardrail_config, "guardrailConfig"),
+                TopKey::GenerationConfig => (&mut top.generation_config, "generationConfig"),
+                TopKey::SafetySettings => (&mut top.safety_settings, "safetySettings"),
                 TopKey::Other(key) => {
                     if let Err(key) = others.insert(key) {
                         return Err(refuse(ParseError::DuplicateKey(shown_key(&key))));
@@ -500,6 +507,8 @@ enum TopKey<'de> {
     OutputFormat,
     StreamOptions,
     GuardrailConfig,
+    GenerationConfig,
+    SafetySettings,
     Other(Cow<'de, str>),
 }
 
@@ -514,6 +523,8 @@ impl TopKey<'_> {
             "output_format" => TopKey::OutputFormat,
             "stream_options" => TopKey::StreamOptions,
             "guardrailConfig" => TopKey::GuardrailConfig,
+            "generationConfig" => TopKey::GenerationConfig,
+            "safetySettings" => TopKey::SafetySettings,
             _ => return None,
         })
     }
@@ -646,6 +657,8 @@ mod tests {
             output_format: get("output_format"),
             stream_options: get("stream_options"),
             guardrail_config: get("guardrailConfig"),
+            generation_config: get("generationConfig"),
+            safety_settings: get("safetySettings"),
         };
         let request = ParsedRequest::from_members(dialect, text, &members)?;
         Ok(ParsedRequest { body, ..request })

@@ -5,7 +5,7 @@ use bytes::Bytes;
 
 use crate::bedrock::{converse, invoke};
 use crate::canonical::{ChatRequest, ChatResponse, StreamEvent, TranslateError};
-use crate::{anthropic_messages, bedrock, openai_chat, openai_responses};
+use crate::{anthropic_messages, bedrock, gemini, openai_chat, openai_responses};
 use crate::{Dialect, GatewayErrorKind, ParseError, ParsedRequest, RenderedError, Usage};
 
 /// Provider bytes of one format → canonical stream events.
@@ -59,7 +59,8 @@ codec_impls!(
     openai_responses,
     anthropic_messages,
     converse + finish,
-    invoke
+    invoke,
+    gemini + finish
 );
 
 impl Dialect {
@@ -76,6 +77,9 @@ impl Dialect {
                 bedrock::parse_request(self, path_model.unwrap_or_default(), body, path_stream)
             }
             Dialect::OpenAiEmbeddings => crate::openai_embeddings::parse_request(body),
+            Dialect::Gemini => {
+                gemini::parse_request(path_model.unwrap_or_default(), body, path_stream)
+            }
             _ => ParsedRequest::parse_json_top(self, body),
         }
     }
@@ -87,8 +91,8 @@ impl Dialect {
     pub fn to_canonical(self, req: &ParsedRequest) -> Result<ChatRequest, TranslateError> {
         if req.features.guardrail.is_some() {
             return Err(TranslateError(
-                "the request carries a guardrail (guardrailConfig or X-Amzn-Bedrock-Guardrail* \
-                 headers), which cannot be carried into another format"
+                "the request carries a guardrail (guardrailConfig, safetySettings or \
+                 X-Amzn-Bedrock-Guardrail* headers), which cannot be carried into another format"
                     .into(),
             ));
         }
@@ -98,6 +102,7 @@ impl Dialect {
             Dialect::AnthropicMessages => anthropic_messages::to_canonical(req),
             Dialect::BedrockInvoke => invoke::to_canonical(req),
             Dialect::BedrockConverse => converse::to_canonical(req),
+            Dialect::Gemini => gemini::to_canonical(req),
             Dialect::OpenAiEmbeddings => Err(not_chat()),
         }
     }
@@ -110,6 +115,7 @@ impl Dialect {
             Dialect::AnthropicMessages => anthropic_messages::request_body(req),
             Dialect::BedrockInvoke => invoke::request_body(req),
             Dialect::BedrockConverse => converse::request_body(req),
+            Dialect::Gemini => gemini::request_body(req),
             Dialect::OpenAiEmbeddings => Err(not_chat()),
         }
     }
@@ -121,6 +127,7 @@ impl Dialect {
             Dialect::AnthropicMessages => anthropic_messages::parse_response(body),
             Dialect::BedrockInvoke => invoke::parse_response(body),
             Dialect::BedrockConverse => converse::parse_response(body),
+            Dialect::Gemini => gemini::parse_response(body),
             Dialect::OpenAiEmbeddings => Err(not_chat()),
         }
     }
@@ -132,6 +139,7 @@ impl Dialect {
             Dialect::AnthropicMessages => anthropic_messages::render_response(resp),
             Dialect::BedrockInvoke => invoke::render_response(resp),
             Dialect::BedrockConverse => converse::render_response(resp),
+            Dialect::Gemini => gemini::render_response(resp),
             // No chat answer is an embeddings answer: an empty list with the usage.
             Dialect::OpenAiEmbeddings => {
                 crate::openai_embeddings::render(&[], &resp.model, resp.usage.input_tokens, false)
@@ -155,6 +163,7 @@ impl Dialect {
             Dialect::AnthropicMessages => anthropic_messages::response_usage(body),
             Dialect::BedrockInvoke => invoke::response_usage(body),
             Dialect::BedrockConverse => converse::response_usage(body),
+            Dialect::Gemini => gemini::response_usage(body),
             Dialect::OpenAiEmbeddings => crate::openai_embeddings::response_usage(body),
         }
     }
@@ -169,6 +178,7 @@ impl Dialect {
             Dialect::AnthropicMessages => Box::new(anthropic_messages::StreamDecoder::new()),
             Dialect::BedrockInvoke => Box::new(invoke::StreamDecoder::new()),
             Dialect::BedrockConverse => Box::new(converse::StreamDecoder::new()),
+            Dialect::Gemini => Box::new(gemini::StreamDecoder::new()),
         }
     }
 
@@ -187,6 +197,7 @@ impl Dialect {
             }
             Dialect::BedrockInvoke => Box::new(invoke::StreamEncoder::new(id, model)),
             Dialect::BedrockConverse => Box::new(converse::StreamEncoder::new(id, model)),
+            Dialect::Gemini => Box::new(gemini::StreamEncoder::new(id, model)),
         }
     }
 
@@ -214,6 +225,7 @@ impl Dialect {
             Dialect::AnthropicMessages => anthropic_messages::render_error(kind, message),
             Dialect::BedrockInvoke => invoke::render_error(kind, message),
             Dialect::BedrockConverse => converse::render_error(kind, message),
+            Dialect::Gemini => gemini::render_error(kind, message),
         }
     }
 
@@ -227,6 +239,7 @@ impl Dialect {
             Dialect::AnthropicMessages => anthropic_messages::render_stream_error(message),
             Dialect::BedrockInvoke => invoke::render_stream_error(message),
             Dialect::BedrockConverse => converse::render_stream_error(message),
+            Dialect::Gemini => gemini::render_stream_error(message),
         }
     }
 
@@ -247,6 +260,7 @@ impl Dialect {
             Dialect::BedrockInvoke | Dialect::BedrockConverse => {
                 bedrock::parse_error(status, error_type_header, body)
             }
+            Dialect::Gemini => gemini::parse_error(status, body),
         }
     }
 
@@ -260,13 +274,14 @@ impl Dialect {
         header_type: Option<&str>,
         body: &[u8],
     ) -> Option<sidetrack_resilience::ErrorClass> {
-        use crate::error_class::{anthropic, bedrock, openai};
+        use crate::error_class::{anthropic, bedrock, gemini, openai};
         match self {
             Dialect::OpenAiChat | Dialect::OpenAiResponses | Dialect::OpenAiEmbeddings => {
                 openai(status, body)
             }
             Dialect::AnthropicMessages => anthropic(status, body),
             Dialect::BedrockInvoke | Dialect::BedrockConverse => bedrock(status, header_type, body),
+            Dialect::Gemini => gemini(status, body),
         }
     }
 
@@ -307,6 +322,7 @@ impl Dialect {
             Dialect::BedrockInvoke | Dialect::BedrockConverse => {
                 bedrock::render_upstream_error(status, error_type, message)
             }
+            Dialect::Gemini => gemini::render_upstream_error(status, error_type, message),
         }
     }
 }

@@ -7,7 +7,7 @@
 use sidetrack_dialects::bedrock::{converse, eventstream, invoke};
 use sidetrack_dialects::canonical::StreamEvent;
 use sidetrack_dialects::sse::SseEvent;
-use sidetrack_dialects::{anthropic_messages, openai_chat, openai_responses};
+use sidetrack_dialects::{anthropic_messages, gemini, openai_chat, openai_responses};
 use sidetrack_dialects::{Dialect, StreamEventClass};
 use sidetrack_resilience::ErrorClass;
 
@@ -109,6 +109,19 @@ fn stream_class(dialect: &str, example: &str) -> Option<ErrorClass> {
             };
             return Dialect::BedrockConverse.error_class_of(*status, error_type, message);
         }
+        "gemini stream" => {
+            let mut d = gemini::StreamDecoder::new();
+            let events = d.push(format!("data: {example}\n\n").as_bytes());
+            let [StreamEvent::Error {
+                status,
+                error_type,
+                message,
+            }] = events.as_slice()
+            else {
+                panic!("{example}: one error event, got {events:?}");
+            };
+            return Dialect::Gemini.error_class_of(*status, error_type, message);
+        }
         other => panic!("unknown stream dialect `{other}`"),
     };
     let StreamEventClass::Error {
@@ -127,6 +140,7 @@ fn answer_dialects(dialect: &str) -> &'static [Dialect] {
         "openai" => &[Dialect::OpenAiChat, Dialect::OpenAiResponses],
         "anthropic" => &[Dialect::AnthropicMessages],
         "bedrock" => &[Dialect::BedrockConverse, Dialect::BedrockInvoke],
+        "gemini" => &[Dialect::Gemini],
         other => panic!("unknown dialect `{other}`"),
     }
 }
@@ -156,6 +170,29 @@ fn every_row_of_the_docs_table_holds() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Gemini reports safety blocks as 200 answers (`finishReason: SAFETY`), so its rows cover the
+/// other four classes, an unclassed answer and stream errors.
+#[test]
+fn the_table_covers_gemini() {
+    let rows = table();
+    let classes: Vec<ErrorClass> = rows
+        .iter()
+        .filter(|r| r.dialect == "gemini")
+        .filter_map(|r| r.class)
+        .collect();
+    for c in ErrorClass::ALL {
+        assert_eq!(
+            classes.contains(&c),
+            c != ErrorClass::ContentFiltered,
+            "gemini row for {c}"
+        );
+    }
+    assert!(rows
+        .iter()
+        .any(|r| r.dialect == "gemini" && r.class.is_none()));
+    assert!(rows.iter().any(|r| r.dialect == "gemini stream"));
 }
 
 #[test]

@@ -13,7 +13,8 @@ use serde_json::Value;
 use sidetrack_dialects::canonical::{StopReason, StreamEvent};
 use sidetrack_dialects::sse::{SseDecoder, SseEvent};
 use sidetrack_dialects::{
-    anthropic_messages, openai_chat, openai_responses, Dialect, StreamEventClass as Meaning, Usage,
+    anthropic_messages, gemini, openai_chat, openai_responses, Dialect,
+    StreamEventClass as Meaning, Usage,
 };
 
 /// splitmix64: small, fast, and deterministic, so a failure reproduces from its iteration number.
@@ -52,18 +53,20 @@ fn run(seed: u64, mut one: impl FnMut(&mut SplitMix, usize)) {
     }
 }
 
-const SSE_DIALECTS: [Dialect; 3] = [
+const SSE_DIALECTS: [Dialect; 4] = [
     Dialect::OpenAiChat,
     Dialect::OpenAiResponses,
     Dialect::AnthropicMessages,
+    Dialect::Gemini,
 ];
 
-const ALL_DIALECTS: [Dialect; 5] = [
+const ALL_DIALECTS: [Dialect; 6] = [
     Dialect::OpenAiChat,
     Dialect::OpenAiResponses,
     Dialect::AnthropicMessages,
     Dialect::BedrockInvoke,
     Dialect::BedrockConverse,
+    Dialect::Gemini,
 ];
 
 /// JSON-ish fragments of the three dialects' vocabularies.
@@ -333,13 +336,15 @@ fn random_and_mutated_request_bodies_never_panic() {
     run(11, |rng, _| {
         let body = near_valid(rng, &raw, &json);
         for dialect in SSE_DIALECTS {
-            let Ok(p) = dialect.parse_request(Bytes::from(body.clone()), None, false) else {
+            // The path model is read by Gemini only (its model is in the path).
+            let Ok(p) = dialect.parse_request(Bytes::from(body.clone()), Some("m"), false) else {
                 continue;
             };
             let _ = p.body_with_model("other-model");
             let canonical = match dialect {
                 Dialect::OpenAiChat => openai_chat::to_canonical(&p),
                 Dialect::OpenAiResponses => openai_responses::to_canonical(&p),
+                Dialect::Gemini => gemini::to_canonical(&p),
                 _ => anthropic_messages::to_canonical(&p),
             };
             if let Ok(req) = canonical {
@@ -361,6 +366,7 @@ fn random_and_mutated_response_and_error_bodies_never_panic() {
             openai_chat::parse_response(&body),
             openai_responses::parse_response(&body),
             anthropic_messages::parse_response(&body),
+            gemini::parse_response(&body),
         ];
         for resp in parsed.iter().flatten() {
             for target in ALL_DIALECTS {
@@ -370,10 +376,12 @@ fn random_and_mutated_response_and_error_bodies_never_panic() {
         let _ = openai_chat::response_usage(&body);
         let _ = openai_responses::response_usage(&body);
         let _ = anthropic_messages::response_usage(&body);
+        let _ = gemini::response_usage(&body);
         let status = *rng.pick(&[0, 200, 400, 401, 413, 429, 500, 529, 599, u16::MAX]);
         let _ = openai_chat::parse_error(status, &body);
         let _ = openai_responses::parse_error(status, &body);
         let _ = anthropic_messages::parse_error(status, &body);
+        let _ = gemini::parse_error(status, &body);
     });
 }
 
@@ -547,6 +555,13 @@ fn chunk_decision_agrees(chunk: &[u8], i: usize) {
 /// `total_tokens = input_tokens + output_tokens`; totals now saturate.
 #[test]
 fn usage_at_u64_max_renders_without_overflow() {
+    // Gemini's output is candidates + thoughts: both near u64::MAX saturate too.
+    let gem = br#"{"candidates":[{"content":{"parts":[{"text":"hi"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":18446744073709551615,"candidatesTokenCount":18446744073709551615,"thoughtsTokenCount":5}}"#;
+    assert_eq!(
+        gemini::parse_response(gem).unwrap().usage.output_tokens,
+        u64::MAX
+    );
+    assert_eq!(gemini::response_usage(gem).unwrap().output_tokens, u64::MAX);
     let body = br#"{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":18446744073709551615,"output_tokens":1}}"#;
     let resp = anthropic_messages::parse_response(body).unwrap();
     for dialect in ALL_DIALECTS {

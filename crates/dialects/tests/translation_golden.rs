@@ -11,7 +11,7 @@ use sidetrack_dialects::canonical::{
     ChatRequest, ChatResponse, Part, StopReason, StreamEvent, TranslateError,
 };
 use sidetrack_dialects::{
-    anthropic_messages, openai_chat, openai_responses, Dialect, ParsedRequest, Usage,
+    anthropic_messages, gemini, openai_chat, openai_responses, Dialect, ParsedRequest, Usage,
 };
 
 const CREATED: u64 = 1_700_000_000;
@@ -21,9 +21,10 @@ enum D {
     Chat,
     Responses,
     Anthropic,
+    Gemini,
 }
 
-const ALL: [D; 3] = [D::Chat, D::Responses, D::Anthropic];
+const ALL: [D; 4] = [D::Chat, D::Responses, D::Anthropic, D::Gemini];
 
 impl D {
     fn name(self) -> &'static str {
@@ -31,6 +32,7 @@ impl D {
             D::Chat => "openai_chat",
             D::Responses => "openai_responses",
             D::Anthropic => "anthropic_messages",
+            D::Gemini => "gemini",
         }
     }
 
@@ -45,16 +47,24 @@ impl D {
             D::Chat => Dialect::OpenAiChat,
             D::Responses => Dialect::OpenAiResponses,
             D::Anthropic => Dialect::AnthropicMessages,
+            D::Gemini => Dialect::Gemini,
         }
     }
 
     fn to_canonical(self, body: &[u8]) -> Result<ChatRequest, TranslateError> {
+        if self == D::Gemini {
+            // The model and the streaming choice come from the path.
+            let p = gemini::parse_request("gemini-2.5-flash", Bytes::copy_from_slice(body), true)
+                .expect("fixture parses");
+            return gemini::to_canonical(&p);
+        }
         let p = ParsedRequest::parse_json_top(self.dialect(), Bytes::copy_from_slice(body))
             .expect("fixture parses");
         match self {
             D::Chat => openai_chat::to_canonical(&p),
             D::Responses => openai_responses::to_canonical(&p),
             D::Anthropic => anthropic_messages::to_canonical(&p),
+            D::Gemini => unreachable!(),
         }
     }
 
@@ -63,6 +73,7 @@ impl D {
             D::Chat => openai_chat::request_body(req),
             D::Responses => openai_responses::request_body(req),
             D::Anthropic => anthropic_messages::request_body(req),
+            D::Gemini => gemini::request_body(req),
         }
     }
 
@@ -71,6 +82,7 @@ impl D {
             D::Chat => openai_chat::parse_response(body),
             D::Responses => openai_responses::parse_response(body),
             D::Anthropic => anthropic_messages::parse_response(body),
+            D::Gemini => gemini::parse_response(body),
         }
         .expect("response parses")
     }
@@ -80,6 +92,7 @@ impl D {
             D::Chat => openai_chat::render_response_at(resp, CREATED),
             D::Responses => openai_responses::render_response_at(resp, CREATED),
             D::Anthropic => anthropic_messages::render_response(resp),
+            D::Gemini => gemini::render_response(resp),
         }
     }
 
@@ -88,6 +101,7 @@ impl D {
             D::Chat => openai_chat::response_usage(body),
             D::Responses => openai_responses::response_usage(body),
             D::Anthropic => anthropic_messages::response_usage(body),
+            D::Gemini => gemini::response_usage(body),
         }
     }
 
@@ -106,6 +120,11 @@ impl D {
             D::Anthropic => {
                 let mut d = anthropic_messages::StreamDecoder::new();
                 bytes.chunks(step).for_each(|c| out.extend(d.push(c)));
+            }
+            D::Gemini => {
+                let mut d = gemini::StreamDecoder::new();
+                bytes.chunks(step).for_each(|c| out.extend(d.push(c)));
+                out.extend(d.finish());
             }
         }
         out
@@ -132,6 +151,12 @@ impl D {
             }
             D::Anthropic => {
                 let mut e = anthropic_messages::StreamEncoder::new("msg_gw1", "caller-model");
+                events
+                    .iter()
+                    .for_each(|ev| out.extend_from_slice(&e.encode(ev)));
+            }
+            D::Gemini => {
+                let mut e = gemini::StreamEncoder::new("gem_gw1", "caller-model");
                 events
                     .iter()
                     .for_each(|ev| out.extend_from_slice(&e.encode(ev)));
@@ -223,6 +248,13 @@ fn expected_after(mut c: ChatRequest, target: D) -> ChatRequest {
         D::Anthropic => {
             c.max_tokens = c.max_tokens.or(Some(4096));
         }
+        // Gemini has no name or strictness for the output schema.
+        D::Gemini => {
+            if let Some(s) = &mut c.json_schema {
+                s.name = "response".into();
+                s.strict = false;
+            }
+        }
         D::Chat | D::Responses => {
             for m in &mut c.messages {
                 for p in &mut m.content {
@@ -250,9 +282,14 @@ fn request_fixtures_translate_to_every_dialect_and_back() {
             match target.request_body(&canonical) {
                 Ok(out) => {
                     insta::assert_snapshot!(name.clone(), pretty(&out));
-                    let back = target
+                    let mut back = target
                         .to_canonical(&out)
                         .unwrap_or_else(|e| panic!("{name}: rendered body does not parse: {e}"));
+                    if target == D::Gemini {
+                        // A Gemini body has neither: the path carries them.
+                        back.model.clone_from(&canonical.model);
+                        back.stream = canonical.stream;
+                    }
                     assert_eq!(
                         back,
                         expected_after(canonical.clone(), target),

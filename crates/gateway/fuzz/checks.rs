@@ -37,6 +37,21 @@ pub fn request_path(data: &[u8]) {
                 assert_eq!(decode_model_id(&again).as_deref(), Some(id.as_str()));
             }
         }
+        DataPath::Gemini {
+            raw_model,
+            operation,
+        } => {
+            assert!(
+                !raw_model.is_empty() && !raw_model.contains('/'),
+                "{path:?}"
+            );
+            let rebuilt = format!("/models/{raw_model}:{operation}");
+            assert!(
+                path.strip_prefix("/v1beta") == Some(&rebuilt)
+                    || path.strip_prefix("/v1") == Some(&rebuilt),
+                "{path:?} is not {rebuilt:?}"
+            );
+        }
         DataPath::Other => {
             assert!(paths::dialect_path(path).is_none(), "{path:?}");
             assert!(paths::bedrock_split(path).is_none(), "{path:?}");

@@ -94,7 +94,8 @@ impl KeyTable {
         }
     }
 
-    /// The principal for a request: `Authorization: Bearer <key>` or `x-api-key: <key>`.
+    /// The principal for a request: `Authorization: Bearer <key>`, `x-api-key: <key>` or
+    /// `x-goog-api-key: <key>` (the google-genai SDKs), in that order.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<Principal>, AuthError> {
         if !self.enabled {
             return Ok(self.anonymous.clone());
@@ -118,9 +119,13 @@ fn presented_key(headers: &HeaderMap) -> Option<&str> {
             return Some(v[7..].trim());
         }
     }
-    headers
-        .get("x-api-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
+    ["x-api-key", "x-goog-api-key"]
+        .into_iter()
+        .find_map(|name| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+        })
 }

@@ -24,21 +24,24 @@ enum Caller {
     AnthropicMessages,
     BedrockConverse,
     BedrockInvoke,
+    Gemini,
 }
 
-const CALLERS: [Caller; 5] = [
+const CALLERS: [Caller; 6] = [
     Caller::OpenAiChat,
     Caller::OpenAiResponses,
     Caller::AnthropicMessages,
     Caller::BedrockConverse,
     Caller::BedrockInvoke,
+    Caller::Gemini,
 ];
 
 /// Provider kind → the model its target serves.
-const PROVIDERS: [(&str, &str); 3] = [
+const PROVIDERS: [(&str, &str); 4] = [
     ("openai", "gpt-usage"),
     ("anthropic", "claude-usage"),
     ("bedrock", "us.anthropic.usage-v1:0"),
+    ("gemini", "gemini-usage"),
 ];
 
 const TARGETS: &str = r#"
@@ -49,6 +52,7 @@ targets:
   - { name: oai, provider: openai, baseUrl: "${MOCK}/v1", apiKey: k, models: ["gpt-*"] }
   - { name: ant, provider: anthropic, baseUrl: "${MOCK}", apiKey: k, models: ["claude-*"] }
   - { name: aws, provider: bedrock, baseUrl: "${MOCK}", region: us-east-1, apiKey: k, models: ["us.*"] }
+  - { name: gem, provider: gemini, baseUrl: "${MOCK}", apiKey: k, models: ["gemini-*"] }
 "#;
 
 /// (input, output) as the caller's client reported it, or what was wrong with the report.
@@ -117,6 +121,19 @@ fn reported(caller: Caller, cell: &Value, input_up_front: bool) -> (Reported, Re
                 }
             }),
             invoke_stream(stream, input_up_front),
+        ),
+        // Every chunk carries usageMetadata; the one with the finish reason has the final counts.
+        Caller::Gemini => (
+            total_agrees(complete, "input", "output", "total")
+                .and_then(|()| pair(complete, "input", "output")),
+            stream
+                .as_array()
+                .and_then(|c| c.iter().find(|u| !u["finish"].is_null()))
+                .ok_or_else(|| format!("no chunk with a finish reason: {stream}"))
+                .and_then(|u| {
+                    total_agrees(u, "input", "output", "total")?;
+                    pair(u, "input", "output")
+                }),
         ),
     }
 }
@@ -239,6 +256,13 @@ async fn drive(caller: Caller, env: &Env, cert: &str) -> Value {
             let args = ["invoke_usage", &https, cert, &models];
             run_sdk_env("bedrock_runtime.py", &args, &token).await
         }
+        Caller::Gemini => {
+            run_sdk(
+                "gemini_genai.py",
+                &["usage_matrix", &base, "sk-test", &models],
+            )
+            .await
+        }
     }
 }
 
@@ -299,7 +323,9 @@ async fn every_caller_dialect_reports_the_upstreams_usage_from_every_provider_ki
             let want = expected(p);
             // The upstream speaks Anthropic Messages, or (to an InvokeModel caller) Bedrock
             // InvokeModel: its stream states the input in `message_start`.
+            // A Gemini upstream's first chunk has the prompt count too.
             let input_up_front = *kind == "anthropic"
+                || *kind == "gemini"
                 || (*kind == "bedrock" && matches!(caller, Caller::BedrockInvoke));
             let (complete, streamed) = reported(caller, &report[*model], input_up_front);
             for (mode, got, is_stream) in

@@ -82,6 +82,10 @@ pub(crate) async fn handle(
     if dialect == Dialect::VertexAnthropic && !shared.token_accepted(&parts.headers) {
         return Ok(crate::google_token::unauthenticated());
     }
+    if dialect == Dialect::Gemini && !crate::dialect::gemini::has_key(&parts.headers) {
+        ctx.model = route.model_id.unwrap_or_default();
+        return Ok(dialect.render_error(&ctx, &crate::dialect::gemini::missing_key()));
+    }
 
     let parsed = match dialect {
         Dialect::Embeddings(api) => {
@@ -250,7 +254,7 @@ fn unix_now() -> u64 {
 }
 
 /// How the request authenticated: `sigv4` (`Authorization: AWS4-HMAC-SHA256 ...`), `bearer`,
-/// `x-api-key`, `api-key` (Azure), `other`, or `none`.
+/// `x-api-key`, `api-key` (Azure), `x-goog-api-key`, `other`, or `none`.
 fn auth_scheme(headers: &HeaderMap) -> &'static str {
     match headers
         .get(http::header::AUTHORIZATION)
@@ -261,6 +265,7 @@ fn auth_scheme(headers: &HeaderMap) -> &'static str {
         Some(_) => "other",
         None if headers.contains_key("x-api-key") => "x-api-key",
         None if headers.contains_key("api-key") => "api-key",
+        None if headers.contains_key("x-goog-api-key") => "x-goog-api-key",
         None => "none",
     }
 }

@@ -944,7 +944,7 @@ fn provider_must_be_known() {
     assert_eq!(
         one_error("targets:\n  - name: a\n    provider: cohere\n"),
         "t.yaml:3:15: targets[0].provider: unknown value `cohere`; expected one of `openai`, \
-         `anthropic`, `bedrock`, `azure`, `vertex`"
+         `anthropic`, `bedrock`, `azure`, `vertex`, `gemini`"
     );
 }
 

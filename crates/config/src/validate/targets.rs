@@ -13,6 +13,8 @@ const MAX_CONNECT_TIMEOUT_MS: i64 = 300_000;
 const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
 const VERTEX_GLOBAL_BASE_URL: &str = "https://aiplatform.googleapis.com";
+/// The host root of Google AI: the gateway adds `/v1beta/models/{model}:…`.
+const GEMINI_BASE_URL: &str = "https://generativelanguage.googleapis.com";
 
 pub(super) fn targets(
     ctx: &mut Ctx<'_>,
@@ -62,6 +64,7 @@ fn target(
         ("bedrock", ProviderKind::Bedrock),
         ("azure", ProviderKind::Azure),
         ("vertex", ProviderKind::Vertex),
+        ("gemini", ProviderKind::Gemini),
     ];
     let provider = ctx.one_of(&t.provider, &choices, &join_key(path, "provider"));
 
@@ -126,6 +129,7 @@ fn target(
             Some(region) => format!("https://{region}-aiplatform.googleapis.com"),
             None => String::new(), // reported by `vertex` below
         },
+        (None, Some(ProviderKind::Gemini)) => GEMINI_BASE_URL.to_string(),
         (None, None) => String::new(),
     };
     let (project, vertex_auth) = match provider {

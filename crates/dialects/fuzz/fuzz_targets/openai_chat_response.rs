@@ -5,12 +5,13 @@
 use libfuzzer_sys::fuzz_target;
 use sidetrack_dialects::{openai_chat, Dialect};
 
-const ALL: [Dialect; 5] = [
+const ALL: [Dialect; 6] = [
     Dialect::OpenAiChat,
     Dialect::OpenAiResponses,
     Dialect::AnthropicMessages,
     Dialect::BedrockInvoke,
     Dialect::BedrockConverse,
+    Dialect::Gemini,
 ];
 
 fuzz_target!(|data: &[u8]| {

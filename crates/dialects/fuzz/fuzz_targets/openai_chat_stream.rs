@@ -8,12 +8,13 @@ use sidetrack_dialects::sse::SseDecoder;
 use sidetrack_dialects::translate::Encode;
 use sidetrack_dialects::{openai_chat, Dialect};
 
-const ALL: [Dialect; 5] = [
+const ALL: [Dialect; 6] = [
     Dialect::OpenAiChat,
     Dialect::OpenAiResponses,
     Dialect::AnthropicMessages,
     Dialect::BedrockInvoke,
     Dialect::BedrockConverse,
+    Dialect::Gemini,
 ];
 
 fuzz_target!(|data: &[u8]| {
@@ -23,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
     let step = usize::from(step).max(1);
     let mut d = openai_chat::StreamDecoder::new();
     let mut encoders: Vec<Box<dyn Encode>> =
-        ALL.iter().map(|d| d.stream_encoder("id", "m")).collect();
+        ALL.iter().map(|d| d.stream_encoder("id", "m", false)).collect();
     let mut sse = SseDecoder::new();
     for piece in rest.chunks(step) {
         for ev in d.push(piece) {

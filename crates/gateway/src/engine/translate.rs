@@ -24,7 +24,9 @@ pub fn request_body(
     }
     if format == req.dialect {
         return Ok(match format {
-            Dialect::BedrockInvoke | Dialect::BedrockConverse => req.body().clone(),
+            Dialect::BedrockInvoke | Dialect::BedrockConverse | Dialect::Gemini => {
+                req.body().clone()
+            }
             _ => req.body_with_model(model),
         });
     }

@@ -227,6 +227,7 @@ const DIALECTS: &[&str] = &[
     "bedrock-invoke",
     "bedrock-converse",
     "openai-embeddings",
+    "gemini",
 ];
 const REASONS: &[&str] = &[
     "servedByPrimary",

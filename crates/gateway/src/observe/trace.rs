@@ -417,6 +417,7 @@ pub fn provider_name(kind: ProviderKind) -> &'static str {
         ProviderKind::Bedrock => "aws.bedrock",
         ProviderKind::Azure => "az.ai.openai",
         ProviderKind::Vertex => "gcp.vertex_ai",
+        ProviderKind::Gemini => "gcp.gemini",
     }
 }
 

@@ -5,6 +5,7 @@
 mod anthropic;
 mod azure;
 mod bedrock;
+mod gemini;
 mod openai;
 pub mod vertex;
 
@@ -91,6 +92,7 @@ impl Endpoint {
             ProviderKind::Azure if target.api_key.is_some() => (azure::PATHS, str::to_owned),
             ProviderKind::Azure => (azure::PATHS, bearer),
             ProviderKind::Vertex => (&[], bearer),
+            ProviderKind::Gemini => (&[], str::to_owned),
         };
         let uris = paths
             .iter()
@@ -208,6 +210,8 @@ pub fn format_for(kind: ProviderKind, caller: Dialect) -> Dialect {
         // Anthropic models on Vertex (`rawPredict`); Google's are skipped before translation
         // (`unsupported`) until the gemini dialect is there.
         (ProviderKind::Vertex, _) => Dialect::AnthropicMessages,
+        // Google AI has no embeddings in this format: the request cannot be translated.
+        (ProviderKind::Gemini, _) => Dialect::Gemini,
     }
 }
 
@@ -244,6 +248,7 @@ pub fn request(out: Outbound<'_>) -> Result<http::Request<Full<Bytes>>, BuildErr
         ProviderKind::Bedrock => bedrock::request(out),
         ProviderKind::Azure => azure::request(out),
         ProviderKind::Vertex => vertex::request(out),
+        ProviderKind::Gemini => gemini::request(out),
     }
 }
 

@@ -37,13 +37,14 @@ const ALLOWED_HEADERS: [&str; 5] = [
     "x-api-key",
     "idempotency-key",
 ];
-const ALLOWED_PREFIXES: [&str; 6] = [
+const ALLOWED_PREFIXES: [&str; 7] = [
     "anthropic-", // anthropic-version, anthropic-beta, anthropic-dangerous-direct-browser-access
     "openai-",
     "x-stainless-",
     "x-sidetrack-",
     "x-amz-",
     "amz-sdk-",
+    "x-goog-", // x-goog-api-key, x-goog-api-client (the google-genai SDKs)
 ];
 
 /// What to do with a request that carries `Origin`.
@@ -109,6 +110,13 @@ fn refuse<B>(
         DataPath::Dialect(_, dialect) => {
             error_response(dialect, GatewayErrorKind::PermissionDenied, &msg, None)
         }
+        DataPath::Gemini { .. } if inference => logged(Dialect::Gemini, Cow::Owned(raw.to_owned())),
+        DataPath::Gemini { .. } => error_response(
+            Dialect::Gemini,
+            GatewayErrorKind::PermissionDenied,
+            &msg,
+            None,
+        ),
         DataPath::Other => error_response(
             Dialect::OpenAiChat,
             GatewayErrorKind::PermissionDenied,
@@ -194,6 +202,8 @@ mod tests {
             "x-sidetrack-pin",
             "x-amz-date",
             "amz-sdk-invocation-id",
+            "x-goog-api-key",
+            "X-Goog-Api-Client",
         ] {
             assert!(header_allowed(ok), "{ok}");
         }

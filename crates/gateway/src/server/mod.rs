@@ -117,6 +117,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
     router
         .route("/model/{model_id}/{operation}", post(bedrock))
         .route("/inference/model/{model_id}/{operation}", post(bedrock))
+        .route("/v1beta/models/{model_method}", post(gemini))
+        .route("/v1/models/{model_method}", post(gemini))
         .route("/v1/models", get(list_models))
         .route("/inference/v1/models", get(list_models))
         .route("/healthz", get(|| async { "ok" }))
@@ -169,7 +171,10 @@ async fn list_models(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> R
 
 fn auth_message(e: AuthError) -> &'static str {
     match e {
-        AuthError::Missing => "missing API key: send it as `Authorization: Bearer <key>`",
+        AuthError::Missing => {
+            "missing API key: send it as `Authorization: Bearer <key>`, `x-api-key` or \
+             `x-goog-api-key`"
+        }
         AuthError::Invalid => "invalid API key",
     }
 }
@@ -196,6 +201,46 @@ async fn bedrock(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     let path = Cow::Owned(raw.to_owned());
     let (parts, body) = req.into_parts();
     handle(shared, path, dialect, Some(model), stream, parts, body).await
+}
+
+/// `/{v1beta|v1}/models/{model}:{method}` (SPEC §13, the google-genai SDKs): the model from the
+/// path (percent-decoded), `generateContent` or `streamGenerateContent`; a stream is served as
+/// server-sent events, which the caller asks for with `alt=sse` (the SDKs always do).
+async fn gemini(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    let raw = req.uri().path();
+    let refuse = |kind, msg: &str| respond::error_response(Dialect::Gemini, kind, msg, None);
+    let Some((raw_model, method)) = sidetrack_dialects::gemini::split_path(raw) else {
+        let msg = format!("sidetrack has no endpoint POST {raw}");
+        return refuse(GatewayErrorKind::NotFound, &msg);
+    };
+    let Some(stream) = sidetrack_dialects::gemini::operation_streams(method) else {
+        let msg = format!("unknown Gemini method `{method}`");
+        return refuse(GatewayErrorKind::NotFound, &msg);
+    };
+    let sse = req
+        .uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse"));
+    if stream && !sse {
+        let msg = "streamGenerateContent is served as server-sent events only: add `?alt=sse`";
+        return refuse(GatewayErrorKind::InvalidRequest, msg);
+    }
+    let Some(model) = sidetrack_dialects::bedrock::decode_model_id(raw_model) else {
+        let msg = "the model in the path is not valid percent-encoding";
+        return refuse(GatewayErrorKind::InvalidRequest, msg);
+    };
+    let path = Cow::Owned(raw.to_owned());
+    let (parts, body) = req.into_parts();
+    handle(
+        shared,
+        path,
+        Dialect::Gemini,
+        Some(model),
+        stream,
+        parts,
+        body,
+    )
+    .await
 }
 
 /// The phases of one request (SPEC §5.1), top to bottom. `path` is the request's path (the

@@ -26,6 +26,11 @@ pub enum DataPath<'a> {
     /// `[/inference]/model/{raw_id}/{operation}`: one non-empty raw (still percent-encoded) id
     /// segment, as the router's `/model/{model_id}/{operation}` route matches it.
     Bedrock { raw_id: &'a str, operation: &'a str },
+    /// `/{v1beta|v1}/models/{raw_model}:{operation}`: the Gemini dialect (SPEC §13).
+    Gemini {
+        raw_model: &'a str,
+        operation: &'a str,
+    },
     /// Anything else (models list, health, 404).
     Other,
 }
@@ -35,8 +40,14 @@ pub fn data_path(path: &str) -> DataPath<'_> {
     if let Some((p, d)) = dialect_path(path) {
         return DataPath::Dialect(p, d);
     }
-    match bedrock_split(path) {
-        Some((raw_id, operation)) => DataPath::Bedrock { raw_id, operation },
+    if let Some((raw_id, operation)) = bedrock_split(path) {
+        return DataPath::Bedrock { raw_id, operation };
+    }
+    match sidetrack_dialects::gemini::split_path(path) {
+        Some((raw_model, operation)) => DataPath::Gemini {
+            raw_model,
+            operation,
+        },
         None => DataPath::Other,
     }
 }
@@ -112,5 +123,21 @@ mod tests {
             Some((Dialect::BedrockConverse, true))
         );
         assert_eq!(bedrock_operation("Converse"), None);
+        assert_eq!(
+            data_path("/v1beta/models/gemini-2.5-flash:streamGenerateContent"),
+            DataPath::Gemini {
+                raw_model: "gemini-2.5-flash",
+                operation: "streamGenerateContent"
+            }
+        );
+        assert_eq!(
+            data_path("/v1/models/g:generateContent"),
+            DataPath::Gemini {
+                raw_model: "g",
+                operation: "generateContent"
+            }
+        );
+        assert_eq!(data_path("/v1/models"), DataPath::Other);
+        assert_eq!(data_path("/v1beta/models/g"), DataPath::Other);
     }
 }

@@ -13,6 +13,7 @@ pub mod anthropic;
 pub mod azure;
 pub mod bedrock;
 pub mod embeddings;
+pub mod gemini;
 pub mod openai_chat;
 pub mod openai_responses;
 pub mod vertex;
@@ -72,6 +73,8 @@ pub enum Dialect {
     /// Vertex AI, Anthropic models: `POST /v1/projects/{p}/locations/{r}/publishers/anthropic/
     /// models/{model}:rawPredict` and `:streamRawPredict` (Anthropic bodies without `model`).
     VertexAnthropic,
+    /// `POST /{v1beta|v1}/models/{model}:generateContent` and `:streamGenerateContent`.
+    Gemini,
 }
 
 /// A dialect endpoint matched by method and raw path.
@@ -113,7 +116,7 @@ impl Dialect {
             "/v1/embeddings" => plain(Self::Embeddings(embeddings::Api::OpenAi)),
             _ if raw_path.starts_with("/openai/") => azure::route(raw_path),
             _ if raw_path.starts_with("/v1/projects/") => vertex::route(raw_path),
-            _ => bedrock::route(raw_path),
+            _ => bedrock::route(raw_path).or_else(|| gemini::route(raw_path)),
         }
     }
 
@@ -137,6 +140,7 @@ impl Dialect {
                 embeddings::parse(api, model_id, body).map(|(facts, json, _)| (facts, json))
             }
             Self::VertexAnthropic => vertex::parse_request(model_id, route.path_stream, body),
+            Self::Gemini => gemini::parse_request(model_id, route.path_stream, body),
         }
     }
 
@@ -166,6 +170,8 @@ impl Dialect {
             (Self::Embeddings(_), _) => openai_chat::render_success(ctx, success),
             (Self::VertexAnthropic, true) => anthropic::render_stream(ctx, success),
             (Self::VertexAnthropic, false) => anthropic::render_success(ctx, success),
+            (Self::Gemini, true) => gemini::render_stream(ctx, success),
+            (Self::Gemini, false) => gemini::render_success(ctx, success),
         }
     }
 
@@ -181,6 +187,7 @@ impl Dialect {
                 bedrock::render_error(ctx, error)
             }
             Self::VertexAnthropic => anthropic::render_error(ctx, error),
+            Self::Gemini => gemini::render_error(ctx, error),
         }
     }
 }
