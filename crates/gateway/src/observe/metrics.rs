@@ -65,11 +65,16 @@ pub mod names {
     pub const STATE_BACKEND_UP: &str = "sidetrack_state_backend_up";
     pub const ROUTING_LOG_DROPPED_TOTAL: &str = "sidetrack_routing_log_dropped_total";
     pub const IDEMPOTENT_REPLAYS_TOTAL: &str = "sidetrack_idempotent_replays_total";
+    pub const RETRIES_TOTAL: &str = "sidetrack_retries_total";
+    pub const RETRY_BUDGET_EXHAUSTED_TOTAL: &str = "sidetrack_retry_budget_exhausted_total";
+    pub const HEDGES_TOTAL: &str = "sidetrack_hedges_total";
+    pub const UPSTREAM_RESPONSES_TOTAL: &str = "sidetrack_upstream_responses_total";
+    pub const CACHE_LOOKUPS_TOTAL: &str = "sidetrack_cache_lookups_total";
     /// SPEC §12 (a plain gauge: always exposed, unlike the labelled families).
     pub const CACHE_ENTRIES: &str = "sidetrack_cache_entries";
 
     /// Every name above, in registration order.
-    pub const ALL: [&str; 16] = [
+    pub const ALL: [&str; 21] = [
         REQUESTS_TOTAL,
         ATTEMPTS_TOTAL,
         FALLBACKS_TOTAL,
@@ -85,6 +90,11 @@ pub mod names {
         STATE_BACKEND_UP,
         IDEMPOTENT_REPLAYS_TOTAL,
         ROUTING_LOG_DROPPED_TOTAL,
+        RETRIES_TOTAL,
+        RETRY_BUDGET_EXHAUSTED_TOTAL,
+        HEDGES_TOTAL,
+        UPSTREAM_RESPONSES_TOTAL,
+        CACHE_LOOKUPS_TOTAL,
         CACHE_ENTRIES,
     ];
 }
@@ -1082,6 +1092,12 @@ mod tests {
         m.breaker_transition("a", "m", open());
         m.mid_stream_error("a", "m");
         m.tokens("a", "m", 1, 1);
+        let d = m.destination("a", "m", true);
+        d.retry();
+        d.retry_budget_exhausted();
+        d.hedge(HedgeResult::Won);
+        d.upstream_response(503);
+        m.cache_lookup("lastResort", CacheResult::Miss);
         let text = m.render();
 
         let mut typed: Vec<(&str, &str)> = text

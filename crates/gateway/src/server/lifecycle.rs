@@ -175,8 +175,10 @@ pub async fn start(
             rx.clone(),
         ),
     ];
+    // Up until a shared store says otherwise; without one nothing can be down (a 0 here would read
+    // as "down" to every dashboard and alert of a single-process gateway).
+    shared.metrics.state_backend_up(true);
     if shared.health.sync_interval().is_some() {
-        shared.metrics.state_backend_up(true);
         tasks.push(sync_shared_state(shared.clone(), rx));
     }
     Ok(GatewayHandle {
