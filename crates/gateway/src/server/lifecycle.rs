@@ -156,6 +156,7 @@ pub async fn start(
         limiter,
         idempotency,
         store,
+        dash: Default::default(),
     });
     warn_if_fds_run_out_first(shared.runtime.load().config.server.max_connections);
     let (tx, rx) = watch::channel(false);
@@ -175,6 +176,10 @@ pub async fn start(
             rx.clone(),
         ),
     ];
+    tasks.push(crate::admin::history::spawn_sampler(
+        shared.clone(),
+        rx.clone(),
+    ));
     if shared.health.sync_interval().is_some() {
         shared.metrics.state_backend_up(true);
         tasks.push(sync_shared_state(shared.clone(), rx));
