@@ -13,6 +13,7 @@
 //! deltas of its counters. The decisions ring takes a copy of each finished record.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -156,9 +157,18 @@ fn counters(s: &Snapshot) -> Counters {
 #[derive(Default)]
 pub struct History {
     series: Mutex<HashMap<(String, String), Series>>,
+    /// Set by [`History::sample_by_hand`]: the sampler task leaves the sampling to the caller.
+    by_hand: AtomicBool,
 }
 
 impl History {
+    /// Stops the periodic sampler from sampling (its first tick is [`SAMPLE_EVERY`] after the
+    /// start): from now on only [`History::sample`] calls add samples. For tests that step the
+    /// history with a manual clock.
+    pub fn sample_by_hand(&self) {
+        self.by_hand.store(true, Ordering::Relaxed);
+    }
+
     /// Takes one sample of every destination `health` knows (the sampler task calls this every
     /// [`SAMPLE_EVERY`]; tests call it to step the history).
     pub fn sample(&self, health: &Health) {
@@ -215,11 +225,16 @@ impl History {
         every: Duration,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
-        let mut tick = tokio::time::interval(every);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = tick.tick() => shared.dash.history.sample(&shared.health),
+                _ = tick.tick() => {
+                    let history = &shared.dash.history;
+                    if !history.by_hand.load(Ordering::Relaxed) {
+                        history.sample(&shared.health);
+                    }
+                }
                 _ = stop.changed() => return,
             }
         }
