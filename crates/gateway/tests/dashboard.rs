@@ -233,7 +233,7 @@ impl Browser {
         path
     }
 
-    /// Opens `url` in a new 1400×900 tab and waits until it has loaded; returns the session.
+    /// Opens `url` in a new 1600×900 tab and waits until it has loaded; returns the session.
     fn open(&mut self, url: &str) -> String {
         let target = self
             .call(
@@ -252,7 +252,7 @@ impl Browser {
         let session = attached["sessionId"].as_str().unwrap().to_owned();
         self.call(
             "Emulation.setDeviceMetricsOverride",
-            serde_json::json!({"width": 1400, "height": 900, "deviceScaleFactor": 1, "mobile": false}),
+            serde_json::json!({"width": 1600, "height": 900, "deviceScaleFactor": 1, "mobile": false}),
             Some(&session),
         )
         .unwrap();
@@ -497,21 +497,27 @@ async fn destinations_view_strip_shows_open_then_half_open_then_closed() {
     let env = start_with_clock(ROUTES, behaviours(&[("m-p", status(503))]), Clock::manual()).await;
     let history = &env.gw.shared.dash.history;
     history.sample_by_hand();
-    history.sample(&env.gw.shared.health);
+    // Several samples per state, so the screenshot shows the runs (20 + 30 + 10 + 20 of 180).
+    let sample = |n: usize| {
+        for _ in 0..n {
+            history.sample(&env.gw.shared.health);
+        }
+    };
+    sample(20);
     for _ in 0..5 {
         assert_eq!(env.chat("ask", false).await.status, 200);
     }
     assert_eq!(env.breaker("up", "m-p").await, "OPEN");
-    history.sample(&env.gw.shared.health);
+    sample(30);
     env.clock.advance(std::time::Duration::from_millis(1000));
     env.mock.set_behaviour("m-p", sidetrack_mock::Behaviour::default());
     let probe = env.chat("ask", false).await;
     assert_eq!(probe.header("x-sidetrack-served-by"), Some("up/m-p"));
     assert_eq!(env.breaker("up", "m-p").await, "HALF_OPEN");
-    history.sample(&env.gw.shared.health);
+    sample(10);
     assert_eq!(env.chat("ask", false).await.status, 200);
     assert_eq!(env.breaker("up", "m-p").await, "CLOSED");
-    history.sample(&env.gw.shared.health);
+    sample(20);
 
     let (code, body) = env.admin_get("/admin/history").await;
     assert_eq!(code, 200);
@@ -522,14 +528,24 @@ async fn destinations_view_strip_shows_open_then_half_open_then_closed() {
         .iter()
         .find(|d| d["model"] == "m-p")
         .unwrap();
-    let states: Vec<&str> = mp["samples"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["state"].as_str().unwrap())
-        .collect();
-    assert_eq!(states, ["CLOSED", "OPEN", "HALF_OPEN", "CLOSED"]);
-    assert_eq!(mp["samples"][1]["failures"], 5);
+    let samples = mp["samples"].as_array().unwrap();
+    let states: Vec<&str> = samples.iter().map(|s| s["state"].as_str().unwrap()).collect();
+    let runs = |s: &[&str]| {
+        let mut v: Vec<(String, usize)> = Vec::new();
+        for x in s {
+            match v.last_mut() {
+                Some((y, n)) if y == x => *n += 1,
+                _ => v.push(((*x).to_owned(), 1)),
+            }
+        }
+        v
+    };
+    let expect = [("CLOSED", 20), ("OPEN", 30), ("HALF_OPEN", 10), ("CLOSED", 20)]
+        .map(|(s, n)| (s.to_owned(), n));
+    assert_eq!(runs(&states), expect);
+    assert_eq!(samples[20]["failures"], 5, "the slot the breaker opened in");
+    assert_eq!(samples[20]["worst"], "OPEN");
+    assert_eq!(samples[60]["worst"], "HALF_OPEN", "closed, after a half-open slot");
 
     let script = r##"
       await until("the history", () => document.body.dataset.history === "1" &&
@@ -537,11 +553,16 @@ async fn destinations_view_strip_shows_open_then_half_open_then_closed() {
       const row = await until("the row", () =>
         document.querySelector('#rows tr[data-target="up"][data-model="m-p"]'));
       const strip = await until("the strip", () => row.querySelector("svg.strip"));
-      const states = [...strip.querySelectorAll("rect[data-state]")].map(r => r.dataset.state);
-      const classes = [...strip.querySelectorAll("rect[data-state]")].map(r => r.getAttribute("class"));
+      // Consecutive slots of the same state, as runs: [state, class, count].
+      const runs = [];
+      for (const r of strip.querySelectorAll("rect[data-state]")) {
+        const last = runs[runs.length - 1];
+        if (last && last[0] === r.dataset.state) last[2] += 1;
+        else runs.push([r.dataset.state, r.getAttribute("class"), 1]);
+      }
       const sparks = [...row.querySelectorAll("svg.sparkline")].map(s => s.dataset.series);
       const buttons = [...row.querySelectorAll("button")].map(b => b.dataset.action);
-      return { states, classes, sparks, buttons };
+      return { runs, sparks, buttons };
     "##;
     let got = look(
         format!("{}/#destinations", env.gw.admin_url()),
@@ -550,12 +571,13 @@ async fn destinations_view_strip_shows_open_then_half_open_then_closed() {
     )
     .await;
     assert_eq!(
-        got["states"],
-        serde_json::json!(["CLOSED", "OPEN", "HALF_OPEN", "CLOSED"])
-    );
-    assert_eq!(
-        got["classes"],
-        serde_json::json!(["strip-closed", "strip-open", "strip-half-open", "strip-closed"])
+        got["runs"],
+        serde_json::json!([
+            ["CLOSED", "strip-closed", 20],
+            ["OPEN", "strip-open", 30],
+            ["HALF_OPEN", "strip-half-open", 10],
+            ["CLOSED", "strip-closed", 20]
+        ])
     );
     assert_eq!(got["sparks"], serde_json::json!(["success", "ttfb", "req/slot"]));
     assert_eq!(got["buttons"], serde_json::json!(["disable"]), "closed: no Reset");
