@@ -373,7 +373,11 @@ async fn look(url: String, script: &str, shot: &'static str) -> serde_json::Valu
         let session = b.open(&url);
         let value = b.eval(&session, &script);
         let path = b.screenshot(&session, shot);
-        assert!(std::fs::metadata(&path).unwrap().len() > 1000, "{}", path.display());
+        assert!(
+            std::fs::metadata(&path).unwrap().len() > 1000,
+            "{}",
+            path.display()
+        );
         value
     });
     tokio::time::timeout(std::time::Duration::from_secs(60), run)
@@ -482,12 +486,21 @@ async fn routes_view_shows_the_open_destination_red_and_the_rest_closed() {
         assert_eq!(b["state"], if open { "OPEN" } else { "CLOSED" }, "{b}");
     }
     let open = &boxes[0];
-    assert_ne!(open["red"], boxes[1]["red"], "open is drawn in its own colour");
+    assert_ne!(
+        open["red"], boxes[1]["red"],
+        "open is drawn in its own colour"
+    );
     let title = open["title"].as_str().unwrap();
     assert!(title.contains("triggerOn:"), "{title}");
-    assert!(title.contains("firstByteTimeoutMilliseconds: 4000"), "{title}");
+    assert!(
+        title.contains("firstByteTimeoutMilliseconds: 4000"),
+        "{title}"
+    );
     assert!(title.contains("circuitBreaker:"), "{title}");
-    assert_eq!(got["legs"], serde_json::json!(["weight 90/100", "weight 10/100"]));
+    assert_eq!(
+        got["legs"],
+        serde_json::json!(["weight 90/100", "weight 10/100"])
+    );
 }
 
 /// Issue 19 "must show" 1: a destination's breaker strip shows open → half-open → closed, one
@@ -510,7 +523,8 @@ async fn destinations_view_strip_shows_open_then_half_open_then_closed() {
     assert_eq!(env.breaker("up", "m-p").await, "OPEN");
     sample(30);
     env.clock.advance(std::time::Duration::from_millis(1000));
-    env.mock.set_behaviour("m-p", sidetrack_mock::Behaviour::default());
+    env.mock
+        .set_behaviour("m-p", sidetrack_mock::Behaviour::default());
     let probe = env.chat("ask", false).await;
     assert_eq!(probe.header("x-sidetrack-served-by"), Some("up/m-p"));
     assert_eq!(env.breaker("up", "m-p").await, "HALF_OPEN");
@@ -529,7 +543,10 @@ async fn destinations_view_strip_shows_open_then_half_open_then_closed() {
         .find(|d| d["model"] == "m-p")
         .unwrap();
     let samples = mp["samples"].as_array().unwrap();
-    let states: Vec<&str> = samples.iter().map(|s| s["state"].as_str().unwrap()).collect();
+    let states: Vec<&str> = samples
+        .iter()
+        .map(|s| s["state"].as_str().unwrap())
+        .collect();
     let runs = |s: &[&str]| {
         let mut v: Vec<(String, usize)> = Vec::new();
         for x in s {
@@ -540,12 +557,20 @@ async fn destinations_view_strip_shows_open_then_half_open_then_closed() {
         }
         v
     };
-    let expect = [("CLOSED", 20), ("OPEN", 30), ("HALF_OPEN", 10), ("CLOSED", 20)]
-        .map(|(s, n)| (s.to_owned(), n));
+    let expect = [
+        ("CLOSED", 20),
+        ("OPEN", 30),
+        ("HALF_OPEN", 10),
+        ("CLOSED", 20),
+    ]
+    .map(|(s, n)| (s.to_owned(), n));
     assert_eq!(runs(&states), expect);
     assert_eq!(samples[20]["failures"], 5, "the slot the breaker opened in");
     assert_eq!(samples[20]["worst"], "OPEN");
-    assert_eq!(samples[60]["worst"], "HALF_OPEN", "closed, after a half-open slot");
+    assert_eq!(
+        samples[60]["worst"], "HALF_OPEN",
+        "closed, after a half-open slot"
+    );
 
     let script = r##"
       await until("the history", () => document.body.dataset.history === "1" &&
@@ -579,8 +604,15 @@ async fn destinations_view_strip_shows_open_then_half_open_then_closed() {
             ["CLOSED", "strip-closed", 20]
         ])
     );
-    assert_eq!(got["sparks"], serde_json::json!(["success", "ttfb", "req/slot"]));
-    assert_eq!(got["buttons"], serde_json::json!(["disable"]), "closed: no Reset");
+    assert_eq!(
+        got["sparks"],
+        serde_json::json!(["success", "ttfb", "req/slot"])
+    );
+    assert_eq!(
+        got["buttons"],
+        serde_json::json!(["disable"]),
+        "closed: no Reset"
+    );
 }
 
 /// Issue 19 "must show" 1: the decisions feed shows a fallback with the path it walked and a link
