@@ -210,7 +210,7 @@ fn write_static(out: &mut String, cfg: &Config, s: &StaticRoute, model: &str, in
 }
 
 /// One destination of hop `hop` (`last`: no hop after it) with its hop's effective keys.
-fn write_hop(
+pub(crate) fn write_hop(
     out: &mut String,
     hop: usize,
     last: bool,

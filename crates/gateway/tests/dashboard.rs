@@ -47,7 +47,9 @@ async fn dump_dom(url: &str) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The destinations table's row for `target`/`model` (the routes view names them too).
 fn row<'a>(dom: &'a str, target: &str, model: &str) -> &'a str {
+    let dom = &dom[dom.find(r#"id="rows""#).unwrap()..];
     let needle = format!(r#"data-target="{target}" data-model="{model}""#);
     let alt = format!(r#"data-model="{model}" data-target="{target}""#);
     let start = dom
@@ -188,6 +190,51 @@ impl Browser {
     /// Opens `url` in a new tab and evaluates `script` (an expression, awaited if a promise) in
     /// it; returns the value, or panics with the page's exception.
     fn eval_in(&mut self, url: &str, script: &str) -> serde_json::Value {
+        let session = self.open(url);
+        self.eval(&session, script)
+    }
+
+    /// Evaluates `script` in the tab of `session`.
+    fn eval(&mut self, session: &str, script: &str) -> serde_json::Value {
+        let out = self
+            .call(
+                "Runtime.evaluate",
+                serde_json::json!({"expression": script, "awaitPromise": true, "returnByValue": true}),
+                Some(session),
+            )
+            .unwrap_or_else(|e| panic!("evaluate: {e}"));
+        if let Some(e) = out.get("exceptionDetails") {
+            panic!("the page script failed: {e}");
+        }
+        out["result"]["value"].clone()
+    }
+
+    /// Saves a PNG of the tab under `target/dashboard-shots/NAME.png` and returns its path.
+    fn screenshot(&mut self, session: &str, name: &str) -> std::path::PathBuf {
+        use base64::Engine as _;
+        let shot = self
+            .call(
+                "Page.captureScreenshot",
+                serde_json::json!({"format": "png", "captureBeyondViewport": true}),
+                Some(session),
+            )
+            .unwrap();
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(shot["data"].as_str().unwrap())
+            .unwrap();
+        assert!(png.starts_with(b"\x89PNG"), "a PNG");
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .parent()
+            .unwrap()
+            .join("dashboard-shots");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{name}.png"));
+        std::fs::write(&path, png).unwrap();
+        path
+    }
+
+    /// Opens `url` in a new 1600×900 tab and waits until it has loaded; returns the session.
+    fn open(&mut self, url: &str) -> String {
         let target = self
             .call(
                 "Target.createTarget",
@@ -203,6 +250,12 @@ impl Browser {
             )
             .unwrap();
         let session = attached["sessionId"].as_str().unwrap().to_owned();
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            serde_json::json!({"width": 1600, "height": 900, "deviceScaleFactor": 1, "mobile": false}),
+            Some(&session),
+        )
+        .unwrap();
         let eval = |b: &mut Browser, expr: &str| {
             b.call(
                 "Runtime.evaluate",
@@ -226,11 +279,7 @@ impl Browser {
             assert!(std::time::Instant::now() < deadline, "{url} never loaded");
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        let out = eval(self, script).unwrap_or_else(|e| panic!("evaluate: {e}"));
-        if let Some(e) = out.get("exceptionDetails") {
-            panic!("the page script failed: {e}");
-        }
-        out["result"]["value"].clone()
+        session
     }
 }
 
@@ -274,6 +323,8 @@ rules:
                         document.getElementById("status").textContent);
       };
       await until("the first render", () => document.body.dataset.loaded === "1");
+      let asked = 0;
+      window.confirm = () => { asked += 1; return true; };
       const row = await until("the row",
         () => document.querySelector('tr[data-target="up"][data-model="m-p"]'));
       row.querySelector('button[data-action="disable"]').click();
@@ -283,13 +334,395 @@ rules:
       });
       await until("the row to show DISABLED",
         () => row.querySelector("td.state").textContent === "DISABLED" || /failed/.test(status));
-      return status;
+      // One button per state: the disabled row offers Enable only (its breaker is closed).
+      await until("the Enable button", () => row.querySelector('button[data-action="enable"]'));
+      const buttons = [...row.querySelectorAll("button")].map(b => b.dataset.action).join(",");
+      return status + "; confirmed " + asked + "; buttons " + buttons;
     })()"#;
     let clicked = tokio::task::spawn_blocking(move || Browser::launch().eval_in(&url, script));
     let status = tokio::time::timeout(std::time::Duration::from_secs(60), clicked)
         .await
         .expect("chromium did not finish in 60 s")
         .unwrap();
-    assert_eq!(status, "disable up / m-p: done");
+    assert_eq!(
+        status,
+        "disable up / m-p: done; confirmed 1; buttons enable"
+    );
     assert_eq!(env.destination("up", "m-p").await["disabled"], true);
+}
+
+/// Waits (in the page) until `cond` is truthy; the prelude of the scripts below.
+const UNTIL: &str = r#"
+  const until = async (what, cond) => {
+    for (let i = 0; i < 400; i++) {
+      const v = cond();
+      if (v) return v;
+      await new Promise(r => setTimeout(r, 25));
+    }
+    throw new Error("timed out waiting for " + what + "; status: " +
+                    document.getElementById("status").textContent);
+  };
+"#;
+
+/// Runs `script` (an async function body using `until`) in a fresh browser on `url`, saves a
+/// screenshot named `shot`, and returns the script's value.
+async fn look(url: String, script: &str, shot: &'static str) -> serde_json::Value {
+    let script = format!("(async () => {{ {UNTIL} {script} }})()");
+    let run = tokio::task::spawn_blocking(move || {
+        let mut b = Browser::launch();
+        let session = b.open(&url);
+        let value = b.eval(&session, &script);
+        let path = b.screenshot(&session, shot);
+        assert!(
+            std::fs::metadata(&path).unwrap().len() > 1000,
+            "{}",
+            path.display()
+        );
+        value
+    });
+    tokio::time::timeout(std::time::Duration::from_secs(60), run)
+        .await
+        .unwrap_or_else(|_| panic!("chromium did not finish in 60 s"))
+        .unwrap()
+}
+
+const ROUTES: &str = r#"
+targets:
+  - name: up
+    provider: openai
+    baseUrl: "${MOCK}/v1"
+    models: ["m-*"]
+    circuitBreaker: { openMilliseconds: 1000, halfOpenProbes: 2 }
+rules:
+  - name: r
+    priority: 1
+    matchModels: ["ask"]
+    routeToTarget:
+      staticRoute: { target: up, model: m-p }
+      fallback:
+        triggerOn: { statusCodes: [503] }
+        firstByteTimeoutMilliseconds: 4000
+        targetFallback: [ { target: up, model: m-f } ]
+  - name: tiers
+    priority: 2
+    matchModels: ["fast"]
+    routeToTarget:
+      priorityGroups:
+        - destinations: [ { target: up, model: m-g1 }, { target: up, model: m-g2 } ]
+        - destinations: [ { target: up, model: m-f } ]
+  - name: canary
+    priority: 3
+    matchModels: ["gpt-5"]
+    routeToTarget:
+      weightedRoute:
+        legs:
+          - { target: up, model: m-main, weight: 90 }
+          - { target: up, model: m-canary, weight: 10 }
+"#;
+
+/// Issue 19 "must show" 1: the routes view draws every rule's chain with one destination open
+/// (red: `state-open`, `data-state="OPEN"`) and every other closed, and a destination's tooltip
+/// carries its hop's effective settings.
+#[tokio::test]
+async fn routes_view_shows_the_open_destination_red_and_the_rest_closed() {
+    let env = start_with_clock(ROUTES, behaviours(&[("m-p", status(503))]), Clock::manual()).await;
+    for _ in 0..5 {
+        assert_eq!(env.chat("ask", false).await.status, 200);
+    }
+    assert_eq!(env.breaker("up", "m-p").await, "OPEN");
+    let (code, body) = env.admin_get("/admin/routes").await;
+    assert_eq!(code, 200, "{body}");
+
+    let script = r##"
+      await until("the routes", () => document.body.dataset.routes === "1" &&
+                                      document.body.dataset.loaded === "1");
+      if (document.getElementById("view-routes").hidden) throw new Error("routes view hidden");
+      const boxes = [...document.querySelectorAll("#routes .dest-box")].map(el => ({
+        rule: el.closest(".rule").dataset.rule,
+        hop: Number(el.closest(".hop").dataset.hop),
+        dest: el.dataset.target + "/" + el.dataset.model,
+        state: el.dataset.state,
+        open: el.classList.contains("state-open"),
+        closed: el.classList.contains("state-closed"),
+        red: getComputedStyle(el).color,
+        title: el.title,
+      }));
+      const legs = [...document.querySelectorAll('.rule[data-rule="canary"] .leg-weight')]
+        .map(el => el.textContent);
+      return { boxes, legs };
+    "##;
+    let got = look(format!("{}/#routes", env.gw.admin_url()), script, "routes").await;
+    let boxes = got["boxes"].as_array().unwrap();
+    let shown: Vec<(String, u64, String)> = boxes
+        .iter()
+        .map(|b| {
+            (
+                b["rule"].as_str().unwrap().to_owned(),
+                b["hop"].as_u64().unwrap(),
+                b["dest"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let expect = [
+        ("r", 0, "up/m-p"),
+        ("r", 1, "up/m-f"),
+        ("tiers", 0, "up/m-g1"),
+        ("tiers", 0, "up/m-g2"),
+        ("tiers", 1, "up/m-f"),
+        ("canary", 0, "up/m-main"),
+        ("canary", 0, "up/m-canary"),
+    ];
+    assert_eq!(
+        shown,
+        expect
+            .iter()
+            .map(|(r, h, d)| ((*r).to_owned(), *h, (*d).to_owned()))
+            .collect::<Vec<_>>()
+    );
+    for b in boxes {
+        let open = b["dest"] == "up/m-p";
+        assert_eq!(b["open"], open, "{b}");
+        assert_eq!(b["closed"], !open, "{b}");
+        assert_eq!(b["state"], if open { "OPEN" } else { "CLOSED" }, "{b}");
+    }
+    let open = &boxes[0];
+    assert_ne!(
+        open["red"], boxes[1]["red"],
+        "open is drawn in its own colour"
+    );
+    let title = open["title"].as_str().unwrap();
+    assert!(title.contains("triggerOn:"), "{title}");
+    assert!(
+        title.contains("firstByteTimeoutMilliseconds: 4000"),
+        "{title}"
+    );
+    assert!(title.contains("circuitBreaker:"), "{title}");
+    assert_eq!(
+        got["legs"],
+        serde_json::json!(["weight 90/100", "weight 10/100"])
+    );
+}
+
+/// Issue 19 "must show" 1: a destination's breaker strip shows open → half-open → closed, one
+/// sample each, on the manual clock; the sparklines are drawn from the same samples.
+#[tokio::test]
+async fn destinations_view_strip_shows_open_then_half_open_then_closed() {
+    let env = start_with_clock(ROUTES, behaviours(&[("m-p", status(503))]), Clock::manual()).await;
+    let history = &env.gw.shared.dash.history;
+    history.sample_by_hand();
+    // Several samples per state, so the screenshot shows the runs (20 + 30 + 10 + 20 of 180).
+    let sample = |n: usize| {
+        for _ in 0..n {
+            history.sample(&env.gw.shared.health);
+        }
+    };
+    sample(20);
+    for _ in 0..5 {
+        assert_eq!(env.chat("ask", false).await.status, 200);
+    }
+    assert_eq!(env.breaker("up", "m-p").await, "OPEN");
+    sample(30);
+    env.clock.advance(std::time::Duration::from_millis(1000));
+    env.mock
+        .set_behaviour("m-p", sidetrack_mock::Behaviour::default());
+    let probe = env.chat("ask", false).await;
+    assert_eq!(probe.header("x-sidetrack-served-by"), Some("up/m-p"));
+    assert_eq!(env.breaker("up", "m-p").await, "HALF_OPEN");
+    sample(10);
+    assert_eq!(env.chat("ask", false).await.status, 200);
+    assert_eq!(env.breaker("up", "m-p").await, "CLOSED");
+    sample(20);
+
+    let (code, body) = env.admin_get("/admin/history").await;
+    assert_eq!(code, 200);
+    let h: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let mp = h["destinations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["model"] == "m-p")
+        .unwrap();
+    let samples = mp["samples"].as_array().unwrap();
+    let states: Vec<&str> = samples
+        .iter()
+        .map(|s| s["state"].as_str().unwrap())
+        .collect();
+    let runs = |s: &[&str]| {
+        let mut v: Vec<(String, usize)> = Vec::new();
+        for x in s {
+            match v.last_mut() {
+                Some((y, n)) if y == x => *n += 1,
+                _ => v.push(((*x).to_owned(), 1)),
+            }
+        }
+        v
+    };
+    let expect = [
+        ("CLOSED", 20),
+        ("OPEN", 30),
+        ("HALF_OPEN", 10),
+        ("CLOSED", 20),
+    ]
+    .map(|(s, n)| (s.to_owned(), n));
+    assert_eq!(runs(&states), expect);
+    assert_eq!(samples[20]["failures"], 5, "the slot the breaker opened in");
+    assert_eq!(samples[20]["worst"], "OPEN");
+    assert_eq!(
+        samples[60]["worst"], "HALF_OPEN",
+        "closed, after a half-open slot"
+    );
+
+    let script = r##"
+      await until("the history", () => document.body.dataset.history === "1" &&
+                                       document.body.dataset.loaded === "1");
+      const row = await until("the row", () =>
+        document.querySelector('#rows tr[data-target="up"][data-model="m-p"]'));
+      const strip = await until("the strip", () => row.querySelector("svg.strip"));
+      // Consecutive slots of the same state, as runs: [state, class, count].
+      const runs = [];
+      for (const r of strip.querySelectorAll("rect[data-state]")) {
+        const last = runs[runs.length - 1];
+        if (last && last[0] === r.dataset.state) last[2] += 1;
+        else runs.push([r.dataset.state, r.getAttribute("class"), 1]);
+      }
+      const sparks = [...row.querySelectorAll("svg.sparkline")].map(s => s.dataset.series);
+      const buttons = [...row.querySelectorAll("button")].map(b => b.dataset.action);
+      return { runs, sparks, buttons };
+    "##;
+    let got = look(
+        format!("{}/#destinations", env.gw.admin_url()),
+        script,
+        "destinations",
+    )
+    .await;
+    assert_eq!(
+        got["runs"],
+        serde_json::json!([
+            ["CLOSED", "strip-closed", 20],
+            ["OPEN", "strip-open", 30],
+            ["HALF_OPEN", "strip-half-open", 10],
+            ["CLOSED", "strip-closed", 20]
+        ])
+    );
+    assert_eq!(
+        got["sparks"],
+        serde_json::json!(["success", "ttfb", "req/slot"])
+    );
+    assert_eq!(
+        got["buttons"],
+        serde_json::json!(["disable"]),
+        "closed: no Reset"
+    );
+}
+
+/// Issue 19 "must show" 1: the decisions feed shows a fallback with the path it walked and a link
+/// to its route; `only=fallbacks|errors` filter on the server.
+#[tokio::test]
+async fn decisions_feed_shows_a_fallback_with_its_path() {
+    let env = start_with_clock(ROUTES, behaviours(&[("m-p", status(503))]), Clock::manual()).await;
+    assert_eq!(env.chat("fast", false).await.status, 200);
+    assert_eq!(env.chat("ask", false).await.status, 200);
+
+    let get = |q: &'static str| {
+        let env = &env;
+        async move {
+            let (code, body) = env.admin_get(&format!("/admin/decisions{q}")).await;
+            assert_eq!(code, 200, "{body}");
+            serde_json::from_str::<serde_json::Value>(&body).unwrap()["records"]
+                .as_array()
+                .unwrap()
+                .len()
+        }
+    };
+    assert_eq!(get("").await, 2);
+    assert_eq!(get("?only=fallbacks").await, 1);
+    assert_eq!(get("?only=errors").await, 0);
+    assert_eq!(get("?limit=1").await, 1);
+    assert_eq!(env.admin_get("/admin/decisions?only=bogus").await.0, 400);
+
+    let script = r##"
+      await until("the decisions", () => document.body.dataset.decisions === "1");
+      const sel = document.getElementById("only");
+      sel.value = "fallbacks";
+      sel.dispatchEvent(new Event("change"));
+      const row = await until("a fallback row", () => {
+        const rows = document.querySelectorAll("#decision-rows tr.decision");
+        return rows.length === 1 && rows[0].classList.contains("fallback") && rows[0];
+      });
+      const link = row.querySelector("a");
+      return {
+        path: [...row.querySelectorAll("td.path span")].map(s => s.textContent),
+        href: link.getAttribute("href"),
+        text: row.textContent,
+      };
+    "##;
+    let got = look(
+        format!("{}/#decisions", env.gw.admin_url()),
+        script,
+        "decisions",
+    )
+    .await;
+    assert_eq!(
+        got["path"],
+        serde_json::json!([
+            "hop 0 up/m-p FIRST → STATUS (503)",
+            "hop 1 up/m-f FIRST → SUCCESS (200)"
+        ]),
+        "{got}"
+    );
+    assert_eq!(got["href"], "#route-r");
+    assert!(!got["text"].as_str().unwrap().contains("m-g1"), "filtered");
+}
+
+/// Issue 19 "must show" 2: the server keeps at most 180 samples per destination and 200
+/// records however many arrive, and the admin endpoints that serve them need the admin token.
+#[tokio::test]
+async fn history_and_decisions_rings_stay_bounded() {
+    let yaml = r#"
+server: { adminToken: "tok-tok-tok-tok" }
+targets:
+  - { name: up, provider: openai, baseUrl: "${MOCK}/v1", models: ["m-*"] }
+rules:
+  - name: r
+    priority: 1
+    matchModels: ["ask"]
+    routeToTarget:
+      staticRoute: { target: up, model: m-p }
+"#;
+    let env = start_with_clock(yaml, behaviours(&[]), Clock::manual()).await;
+    let shared = &env.gw.shared;
+    shared.dash.history.sample_by_hand();
+    for _ in 0..250 {
+        assert_eq!(env.chat("ask", false).await.status, 200);
+        shared.dash.history.sample(&shared.health);
+    }
+    for _ in 0..200 {
+        shared.dash.history.sample(&shared.health);
+    }
+    assert_eq!(shared.dash.decisions.len(), 200);
+    let (dests, slots) = shared.dash.history.footprint();
+    assert_eq!(slots, 180);
+    assert_eq!(dests, 1, "one destination, one ring");
+    for (_, _, samples) in shared.dash.history.series() {
+        assert_eq!(samples.len(), 180);
+    }
+
+    for path in ["/admin/history", "/admin/routes", "/admin/decisions"] {
+        assert_eq!(env.admin_get(path).await.0, 401, "{path} needs the token");
+    }
+    let (code, body) = env
+        .admin_get_with("/admin/decisions?limit=100000", "tok-tok-tok-tok")
+        .await;
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["records"].as_array().unwrap().len(), 200);
+    assert!(!body.contains("\"content\""), "no message text in a record");
+    let (code, body) = env
+        .admin_get_with("/admin/history", "tok-tok-tok-tok")
+        .await;
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["slots"], 180);
+    let mp = &v["destinations"][0];
+    assert_eq!(mp["samples"].as_array().unwrap().len(), 180);
 }

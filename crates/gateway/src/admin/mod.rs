@@ -21,6 +21,9 @@ use serde_json::{json, Value};
 
 use crate::server::Shared;
 
+pub mod history;
+mod views;
+
 const DASHBOARD: &str = include_str!("dashboard.html");
 
 pub fn router(shared: Arc<Shared>) -> Router {
@@ -31,6 +34,9 @@ pub fn router(shared: Arc<Shared>) -> Router {
             "/admin/destinations/{target}/{model}/{action}",
             post(destination_action),
         )
+        .route("/admin/routes", get(views::routes))
+        .route("/admin/history", get(views::history))
+        .route("/admin/decisions", get(views::decisions))
         .route("/admin/config", get(config))
         .route("/admin/reload", post(reload))
         .route_layer(middleware::from_fn_with_state(

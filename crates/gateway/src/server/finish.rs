@@ -145,5 +145,6 @@ pub(super) fn finish_record(
         });
         m.traces().request(start, &rec, provider);
     }
+    shared.dash.decisions.push(&rec);
     shared.log.record(rec);
 }

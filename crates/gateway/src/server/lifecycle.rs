@@ -156,6 +156,7 @@ pub async fn start(
         limiter,
         idempotency,
         store,
+        dash: Default::default(),
     });
     warn_if_fds_run_out_first(shared.runtime.load().config.server.max_connections);
     let (tx, rx) = watch::channel(false);
@@ -178,6 +179,10 @@ pub async fn start(
     // Up until a shared store says otherwise; without one nothing can be down (a 0 here would read
     // as "down" to every dashboard and alert of a single-process gateway).
     shared.metrics.state_backend_up(true);
+    tasks.push(crate::admin::history::spawn_sampler(
+        shared.clone(),
+        rx.clone(),
+    ));
     if shared.health.sync_interval().is_some() {
         tasks.push(sync_shared_state(shared.clone(), rx));
     }

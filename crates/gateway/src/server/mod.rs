@@ -83,6 +83,8 @@ pub struct Shared {
     pub idempotency: crate::state::idempotency::Idempotency,
     /// The response store (SPEC §12).
     pub store: crate::state::store::Store,
+    /// The dashboard's bounded history and recent decisions (issue 19).
+    pub dash: crate::admin::history::Dash,
 }
 
 impl Shared {
