@@ -270,8 +270,7 @@ pub enum Only {
 
 impl Decisions {
     /// Keeps a copy of `rec` (the oldest leaves when the ring is full).
-    pub fn push(&self, rec: &RoutingRecord) {
-        let rec = Arc::new(rec.clone());
+    pub fn push(&self, rec: Arc<RoutingRecord>) {
         if let Ok(mut ring) = self.ring.lock() {
             if ring.len() == DECISIONS {
                 ring.pop_front();
@@ -418,7 +417,7 @@ mod tests {
             usage: None,
         };
         for _ in 0..(DECISIONS * 3) {
-            d.push(&rec);
+            d.push(Arc::new(rec.clone()));
         }
         assert_eq!(d.len(), DECISIONS);
         assert_eq!(d.recent(10_000, Only::All).len(), DECISIONS);

@@ -224,7 +224,8 @@ struct Queue {
 }
 
 struct Pending {
-    records: Vec<RoutingRecord>,
+    /// Shared with the dashboard's recent-decisions ring (no copy per request).
+    records: Vec<Arc<RoutingRecord>>,
     closed: bool,
 }
 
@@ -241,7 +242,7 @@ impl Queue {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn push(&self, rec: RoutingRecord) {
+    fn push(&self, rec: Arc<RoutingRecord>) {
         let mut p = self.lock();
         if p.closed || p.records.len() >= QUEUE_CAPACITY {
             drop(p);
@@ -264,7 +265,7 @@ impl Queue {
 
     /// Waits for records, gathers a batch, and swaps it into `batch` (which must be empty).
     /// Returns false once the log is closed: `batch` then holds the last records.
-    fn next_batch(&self, batch: &mut Vec<RoutingRecord>) -> bool {
+    fn next_batch(&self, batch: &mut Vec<Arc<RoutingRecord>>) -> bool {
         let mut p = self.lock();
         while p.records.is_empty() && !p.closed {
             p = self.wake.wait(p).unwrap_or_else(|e| e.into_inner());
@@ -350,13 +351,13 @@ impl RoutingLog {
         }
     }
 
-    pub fn record(&self, rec: RoutingRecord) {
+    pub fn record(&self, rec: impl Into<Arc<RoutingRecord>>) {
         match &*self.inner {
             Inner::Off => {}
-            Inner::Writer { queue, .. } => queue.push(rec),
+            Inner::Writer { queue, .. } => queue.push(rec.into()),
             Inner::Memory { records, notify } => {
                 if let Ok(mut r) = records.lock() {
-                    r.push(rec);
+                    r.push(Arc::unwrap_or_clone(rec.into()));
                 }
                 notify.notify_waiters();
             }

@@ -145,6 +145,8 @@ pub(super) fn finish_record(
         });
         m.traces().request(start, &rec, provider);
     }
-    shared.dash.decisions.push(&rec);
+    // One allocation shared by the log's writer and the dashboard's recent-decisions ring.
+    let rec = Arc::new(rec);
+    shared.dash.decisions.push(rec.clone());
     shared.log.record(rec);
 }
