@@ -126,6 +126,9 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .fallback(not_found)
+        // A data path asked with another method is the same 404 as an unknown path (a 405 from a
+        // path that shares its prefix with `GET /v1/models` would say less).
+        .method_not_allowed_fallback(not_found)
         .with_state(shared)
 }
 
