@@ -592,7 +592,10 @@ async fn a_gemini_caller_is_served_by_vertex_gemini_byte_for_byte() {
     assert_eq!(Env::route(&rec), ["vx/gemini-2.5-flash"]);
     // Byte-compatible: what Vertex answers, but for the per-answer id.
     let upstream = direct(&env.mock.base_url(), "generateContent", &gen_body()).await;
-    assert_eq!(without_response_ids(&r.body), without_response_ids(&upstream));
+    assert_eq!(
+        without_response_ids(&r.body),
+        without_response_ids(&upstream)
+    );
 
     let r = env
         .post(
@@ -622,7 +625,10 @@ async fn a_gemini_caller_is_served_by_vertex_gemini_byte_for_byte() {
         &gen_body(),
     )
     .await;
-    assert_eq!(without_response_ids(&r.body), without_response_ids(&upstream));
+    assert_eq!(
+        without_response_ids(&r.body),
+        without_response_ids(&upstream)
+    );
     assert_eq!(env.mock.token_requests(), 0);
 }
 
@@ -722,11 +728,27 @@ async fn the_mock_refuses_what_vertex_refuses() {
     };
     let gem = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]});
     for (url, auth, want) in [
-        (google("google/models/gemini-x:generateContent"), "Bearer t", 200),
-        (google("google/models/gemini-x:streamGenerateContent"), "Bearer t", 200),
-        (google("google/models/gemini-x:generateContent"), "Bearer nope", 401),
+        (
+            google("google/models/gemini-x:generateContent"),
+            "Bearer t",
+            200,
+        ),
+        (
+            google("google/models/gemini-x:streamGenerateContent"),
+            "Bearer t",
+            200,
+        ),
+        (
+            google("google/models/gemini-x:generateContent"),
+            "Bearer nope",
+            401,
+        ),
         (google("google/models/gemini-x:rawPredict"), "Bearer t", 404),
-        (google("anthropic/models/claude-x:generateContent"), "Bearer t", 404),
+        (
+            google("anthropic/models/claude-x:generateContent"),
+            "Bearer t",
+            404,
+        ),
         (google("meta/models/llama:generateContent"), "Bearer t", 404),
     ] {
         let req = http::Request::post(&url)
