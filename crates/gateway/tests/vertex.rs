@@ -2,7 +2,9 @@
 //! token endpoint (one token request for many calls, refresh before expiry, a token-endpoint
 //! failure is a CONNECTION_ERROR of that attempt and the walk falls back), Anthropic models on
 //! Vertex (`rawPredict` / `streamRawPredict`) for Anthropic and OpenAI SDK callers with the
-//! upstream's usage, a bearer token from the environment, the Gemini seam, and config checks.
+//! upstream's usage, a bearer token from the environment, Gemini models on Vertex
+//! (`generateContent` / `streamGenerateContent` under `publishers/google`) for OpenAI and Gemini
+//! callers, and config checks.
 //!
 //! The service account's key is a throwaway RSA key made for these tests only
 //! (`tests/fixtures/vertex-test-key.pem`); it grants nothing anywhere.
@@ -404,33 +406,276 @@ async fn an_access_token_from_the_environment_is_sent_as_the_bearer() {
     assert_eq!(r.status, 401, "{}", r.body);
 }
 
-#[tokio::test]
-async fn gemini_models_on_vertex_are_skipped_as_pending() {
-    let yaml = format!(
+/// Gemini models on Vertex: `gpt-down` (503 on OpenAI) falls back to `vx/gemini-2.5-flash`;
+/// `safety` is tried on OpenAI, then Vertex's Claude, then Vertex's Gemini.
+fn gemini_config(credentials: &str) -> String {
+    format!(
         r#"
 targets:{}
-  - {{ name: oai, provider: openai, baseUrl: "${{MOCK}}/v1", models: ["gpt-*"] }}
+  - {{ name: oai, provider: openai, baseUrl: "${{MOCK}}/v1", apiKey: k, models: ["gpt-*"] }}
 rules:
   - name: r
     priority: 10
-    matchModels: ["ask"]
+    matchModels: ["to-vx-gemini"]
     routeToTarget:
-      staticRoute: {{ target: vx, model: gemini-2.5-pro }}
+      staticRoute: {{ target: oai, model: gpt-down }}
       fallback:
         targetFallback:
-          - {{ target: oai, model: gpt-up }}
+          - {{ target: vx, model: gemini-2.5-flash }}
+  - name: safety
+    priority: 9
+    matchModels: ["safety"]
+    routeToTarget:
+      staticRoute: {{ target: oai, model: gpt-up }}
+      fallback:
+        targetFallback:
+          - {{ target: vx, model: claude-up }}
+          - {{ target: vx, model: gemini-2.5-flash }}
 "#,
-        vertex_target("accessToken: tok")
+        vertex_target(credentials)
+    )
+}
+
+fn gemini_mock() -> MockConfig {
+    behaviours(&[
+        ("gpt-down", status(503)),
+        ("gpt-up", fixed_usage()),
+        ("claude-up", fixed_usage()),
+        (
+            "gemini-2.5-flash",
+            Behaviour {
+                reply: Some("from vertex gemini".into()),
+                usage: Some(UsageConfig {
+                    prompt_tokens: 23,
+                    completion_tokens: 5,
+                }),
+                stream_chunks: Some(3),
+                ..Behaviour::default()
+            },
+        ),
+    ])
+}
+
+fn gen_body() -> Value {
+    json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+           "generationConfig": {"maxOutputTokens": 64}})
+}
+
+/// The endpoints the mock counted for `model`.
+fn endpoints(env: &Env, model: &str) -> Vec<String> {
+    env.mock.stats()["models"][model]["endpoints"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+const GEMINI_PATH: &str =
+    "/v1/projects/test-proj/locations/us-east5/publishers/google/models/gemini-2.5-flash";
+
+#[tokio::test]
+async fn openai_sdk_falls_back_from_openai_503_to_vertex_gemini_with_the_upstream_usage() {
+    let sa = service_account_file("gemini-openai-sdk");
+    let env = start(
+        &gemini_config(&format!("credentials: {}", sa.display())),
+        gemini_mock(),
+    )
+    .await;
+    let out = run_sdk(
+        "openai_chat.py",
+        &["usage_matrix", &env.gw.base_url(), "to-vx-gemini"],
+    )
+    .await;
+    let m = &out["to-vx-gemini"];
+    assert_eq!(
+        m["complete"],
+        json!({"input": 23, "output": 5, "total": 28})
     );
-    let env = start(&yaml, MockConfig::default()).await;
-    let r = env.chat("ask", false).await;
+    assert_eq!(
+        m["stream"],
+        json!([{"input": 23, "output": 5, "total": 28, "choices": 0}])
+    );
+    for n in 1..=2 {
+        let rec = env.record(n).await;
+        assert_eq!(Env::route(&rec), ["oai/gpt-down", "vx/gemini-2.5-flash"]);
+        assert_eq!(rec.attempts[0].status, Some(503));
+        let usage = rec.usage.unwrap();
+        assert_eq!((usage.input_tokens, usage.output_tokens), (23, 5));
+    }
+    // Google's publisher path, the Gemini body translated from the chat request, the bearer
+    // the token endpoint issued (one token for both calls).
+    let mut paths = endpoints(&env, "gemini-2.5-flash");
+    paths.sort();
+    assert_eq!(
+        paths,
+        [
+            format!("{GEMINI_PATH}:generateContent"),
+            format!("{GEMINI_PATH}:streamGenerateContent"),
+        ]
+    );
+    let seen = env.mock.last_request("gemini-2.5-flash").unwrap();
+    assert_eq!(seen["query"], "alt=sse");
+    assert_eq!(seen["auth"], "bearer");
+    assert_eq!(seen["body"]["contents"][0]["role"], "user");
+    assert_eq!(seen["body"]["contents"][0]["parts"][0]["text"], "hi");
+    assert!(seen["body"].get("model").is_none(), "{seen}");
+    assert!(seen["body"].get("anthropic_version").is_none(), "{seen}");
+    assert_eq!(env.mock.token_requests(), 1);
+    let _ = std::fs::remove_file(sa);
+}
+
+/// The same request straight to the mock's Vertex path (with the bearer it accepts).
+async fn direct(mock_base: &str, op: &str, body: &Value) -> String {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let req = http::Request::post(format!("{mock_base}{GEMINI_PATH}:{op}"))
+        .header("authorization", "Bearer vx-token")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(body.to_vec()).unwrap()
+}
+
+/// Every `"responseId":"…"` (the mock's fresh id per answer) replaced by one placeholder.
+fn without_response_ids(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find("\"responseId\":\"") {
+        let (head, tail) = rest.split_at(i + "\"responseId\":\"".len());
+        out.push_str(head);
+        out.push_str("ID");
+        rest = &tail[tail.find('"').unwrap()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[tokio::test]
+async fn a_gemini_caller_is_served_by_vertex_gemini_byte_for_byte() {
+    std::env::set_var("SIDETRACK_TEST_VERTEX_GEMINI_TOKEN", "vx-token");
+    let env = start(
+        &gemini_config("accessToken: env:SIDETRACK_TEST_VERTEX_GEMINI_TOKEN"),
+        gemini_mock(),
+    )
+    .await;
+    env.mock.set_token_settings(TokenSettings {
+        accept: vec!["vx-token".into()],
+        ..TokenSettings::default()
+    });
+    let key = [("x-goog-api-key", "caller-key")];
+    let r = env
+        .post(
+            "/v1beta/models/gemini-2.5-flash:generateContent",
+            gen_body(),
+            &key,
+        )
+        .await;
     assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(
+        v["candidates"][0]["content"]["parts"][0]["text"],
+        "from vertex gemini"
+    );
+    assert_eq!(v["usageMetadata"]["promptTokenCount"], 23);
+    assert_eq!(v["usageMetadata"]["candidatesTokenCount"], 5);
+    let seen = env.mock.last_request("gemini-2.5-flash").unwrap();
+    assert_eq!(seen["path"], format!("{GEMINI_PATH}:generateContent"));
+    assert_eq!(seen["body"], gen_body(), "the caller's body as sent");
+    assert_eq!(seen["headers"]["authorization"], "Bearer vx-token");
+    assert!(
+        seen["headers"].get("x-goog-api-key").is_none(),
+        "the caller's key is not forwarded: {seen}"
+    );
     let rec = env.record(1).await;
-    assert_eq!(Env::route(&rec), ["oai/gpt-up"]);
-    assert_eq!(rec.skipped[0].why, "INELIGIBLE:translation");
-    let detail = rec.skipped[0].detail.as_deref().unwrap();
-    assert!(detail.contains("pending"), "{detail}");
+    assert_eq!(rec.dialect, "gemini");
+    assert_eq!(Env::route(&rec), ["vx/gemini-2.5-flash"]);
+    // Byte-compatible: what Vertex answers, but for the per-answer id.
+    let upstream = direct(&env.mock.base_url(), "generateContent", &gen_body()).await;
+    assert_eq!(
+        without_response_ids(&r.body),
+        without_response_ids(&upstream)
+    );
+
+    let r = env
+        .post(
+            "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+            gen_body(),
+            &key,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    let seen = env.mock.last_request("gemini-2.5-flash").unwrap();
+    assert_eq!(seen["path"], format!("{GEMINI_PATH}:streamGenerateContent"));
+    assert_eq!(seen["query"], "alt=sse");
+    let chunks: Vec<Value> = r
+        .body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let last = chunks.last().unwrap();
+    assert_eq!(last["candidates"][0]["finishReason"], "STOP");
+    assert_eq!(last["usageMetadata"]["promptTokenCount"], 23);
+    assert_eq!(last["usageMetadata"]["candidatesTokenCount"], 5);
+    let upstream = direct(
+        &env.mock.base_url(),
+        "streamGenerateContent?alt=sse",
+        &gen_body(),
+    )
+    .await;
+    assert_eq!(
+        without_response_ids(&r.body),
+        without_response_ids(&upstream)
+    );
     assert_eq!(env.mock.token_requests(), 0);
+}
+
+#[tokio::test]
+async fn safety_settings_reach_vertex_gemini_and_skip_other_formats() {
+    let sa = service_account_file("gemini-safety");
+    let env = start(
+        &gemini_config(&format!("credentials: {}", sa.display())),
+        gemini_mock(),
+    )
+    .await;
+    let mut body = gen_body();
+    body["safetySettings"] =
+        json!([{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_LOW_AND_ABOVE"}]);
+    let r = env
+        .post(
+            "/v1beta/models/safety:generateContent",
+            body.clone(),
+            &[("x-goog-api-key", "caller-key")],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.json()["candidates"][0]["content"]["parts"][0]["text"],
+        "from vertex gemini"
+    );
+    let rec = env.record(1).await;
+    let skips: Vec<String> = rec
+        .skipped
+        .iter()
+        .map(|s| format!("{}/{} {}", s.target, s.model, s.why))
+        .collect();
+    // OpenAI and Vertex's Claude would get a translated body without the settings; Vertex's
+    // Gemini takes the caller's format.
+    assert_eq!(
+        skips,
+        [
+            "oai/gpt-up INELIGIBLE:guardrail",
+            "vx/claude-up INELIGIBLE:guardrail"
+        ]
+    );
+    assert_eq!(Env::route(&rec), ["vx/gemini-2.5-flash"]);
+    assert_eq!((env.hits("gpt-up"), env.hits("claude-up")), (0, 0));
+    let seen = env.mock.last_request("gemini-2.5-flash").unwrap();
+    assert_eq!(seen["body"]["safetySettings"], body["safetySettings"]);
+    assert_eq!(seen["body"], body);
+    let _ = std::fs::remove_file(sa);
 }
 
 /// Straight to the mock's Vertex path: what it refuses.
@@ -474,6 +719,56 @@ async fn the_mock_refuses_what_vertex_refuses() {
     let mut old_version = good;
     old_version["anthropic_version"] = json!("2023-06-01");
     assert_eq!(send("Bearer t", old_version).await.0, 400);
+    // Google's publisher: Gemini bodies, the same bearer; other publishers and verbs are 404.
+    let google = |tail: &str| {
+        format!(
+            "{}/v1/projects/p/locations/us-east5/publishers/{tail}",
+            mock.base_url()
+        )
+    };
+    let gem = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]});
+    for (url, auth, want) in [
+        (
+            google("google/models/gemini-x:generateContent"),
+            "Bearer t",
+            200,
+        ),
+        (
+            google("google/models/gemini-x:streamGenerateContent"),
+            "Bearer t",
+            200,
+        ),
+        (
+            google("google/models/gemini-x:generateContent"),
+            "Bearer nope",
+            401,
+        ),
+        (google("google/models/gemini-x:rawPredict"), "Bearer t", 404),
+        (
+            google("anthropic/models/claude-x:generateContent"),
+            "Bearer t",
+            404,
+        ),
+        (google("meta/models/llama:generateContent"), "Bearer t", 404),
+    ] {
+        let req = http::Request::post(&url)
+            .header("authorization", auth)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(gem.to_string())))
+            .unwrap();
+        let resp = client.request(req).await.unwrap();
+        assert_eq!(resp.status().as_u16(), want, "{url} {auth}");
+    }
+    let v: Value = {
+        let req = http::Request::post(google("google/models/gemini-x:generateContent"))
+            .header("authorization", "Bearer t")
+            .body(Full::new(Bytes::from(gem.to_string())))
+            .unwrap();
+        let body = client.request(req).await.unwrap().into_body();
+        serde_json::from_slice(&body.collect().await.unwrap().to_bytes()).unwrap()
+    };
+    assert!(v["candidates"][0]["content"]["parts"].is_array(), "{v}");
+    assert!(v["usageMetadata"]["totalTokenCount"].is_u64(), "{v}");
     // The token endpoint: a grant that is not a JWT bearer grant is refused, and counted.
     let req = http::Request::post(format!("{}/token", mock.base_url()))
         .header("content-type", "application/x-www-form-urlencoded")

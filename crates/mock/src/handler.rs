@@ -79,7 +79,8 @@ pub(crate) async fn handle(
         }
     }
     // Vertex answers only a bearer its token endpoint issued.
-    if dialect == Dialect::VertexAnthropic && !shared.token_accepted(&parts.headers) {
+    let vertex = matches!(dialect, Dialect::VertexAnthropic | Dialect::VertexGemini);
+    if vertex && !shared.token_accepted(&parts.headers) {
         return Ok(crate::google_token::unauthenticated());
     }
     if dialect == Dialect::Gemini && !crate::dialect::gemini::has_key(&parts.headers) {

@@ -122,7 +122,7 @@ fn ineligible(dest: &Dest<'_>, req: &ParsedRequest) -> Option<Ineligible> {
             context_window: caps.context_window,
             guardrail: walk::guardrail_carried(
                 guardrail,
-                providers::format_for(dest.target.provider, req.dialect),
+                providers::format_for_dest(dest.target, &dest.model, req.dialect),
             ),
         },
     )
@@ -719,10 +719,7 @@ async fn attempt_one(
     hop: &Hop<'_>,
     input: &WalkInput<'_, '_>,
 ) -> Result<attempt::Attempt, String> {
-    if let Some(why) = providers::unsupported(dest.target, &dest.model) {
-        return Err(why);
-    }
-    let format = providers::format_for(dest.target.provider, input.request.dialect);
+    let format = providers::format_for_dest(dest.target, &dest.model, input.request.dialect);
     let mut body = translate::request_body(format, input.request, &dest.model).map_err(|e| e.0)?;
     // Token limits and usage records need the usage of every stream: an OpenAI chat upstream is
     // asked for it, and it is kept from a caller that did not ask (SPEC §14).

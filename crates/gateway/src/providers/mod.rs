@@ -189,10 +189,22 @@ fn client(connect_timeout: Duration) -> HttpClient {
 #[derive(Debug)]
 pub struct BuildError(pub String);
 
+/// The wire format sidetrack speaks to `target` for `model` and a caller of `caller` — the one
+/// place a destination's format is decided (eligibility and the attempt both ask it). Vertex
+/// depends on the model's publisher (Anthropic Messages for `claude-*`, Gemini otherwise); every
+/// other provider on its kind only ([`format_for`]).
+pub fn format_for_dest(target: &Target, model: &str, caller: Dialect) -> Dialect {
+    match target.provider {
+        ProviderKind::Vertex => vertex::VertexPublisher::of(model).format(),
+        kind => format_for(kind, caller),
+    }
+}
+
 /// The wire format sidetrack speaks to a provider of `kind` for a caller of `caller`: the caller's
 /// own format whenever the provider serves it (then the body passes through), else the provider's
-/// main format (then the request is translated).
-pub fn format_for(kind: ProviderKind, caller: Dialect) -> Dialect {
+/// main format (then the request is translated). Vertex's depends on the model: use
+/// [`format_for_dest`].
+fn format_for(kind: ProviderKind, caller: Dialect) -> Dialect {
     match (kind, caller) {
         (ProviderKind::OpenAi, Dialect::OpenAiResponses) => Dialect::OpenAiResponses,
         // Embeddings (SPEC §12): OpenAI's own endpoint; Bedrock's embedding models through
@@ -207,8 +219,7 @@ pub fn format_for(kind: ProviderKind, caller: Dialect) -> Dialect {
         (ProviderKind::Azure, Dialect::OpenAiResponses) => Dialect::OpenAiResponses,
         (ProviderKind::Azure, Dialect::OpenAiEmbeddings) => Dialect::OpenAiEmbeddings,
         (ProviderKind::Azure, _) => Dialect::OpenAiChat,
-        // Anthropic models on Vertex (`rawPredict`); Google's are skipped before translation
-        // (`unsupported`) until the gemini dialect is there.
+        // By the model's publisher (`format_for_dest`); this arm is Anthropic's.
         (ProviderKind::Vertex, _) => Dialect::AnthropicMessages,
         // Google AI has no embeddings in this format: the request cannot be translated.
         (ProviderKind::Gemini, _) => Dialect::Gemini,
@@ -220,7 +231,7 @@ pub struct Outbound<'a> {
     pub target: &'a Target,
     pub endpoint: &'a Endpoint,
     pub model: &'a str,
-    /// The format of `body` (from [`format_for`]).
+    /// The format of `body` (from [`format_for_dest`]).
     pub format: Dialect,
     pub body: Bytes,
     pub stream: bool,
@@ -229,15 +240,6 @@ pub struct Outbound<'a> {
     pub caller_headers: &'a HeaderMap,
     /// The `Authorization` value fetched before the request is built (Vertex's OAuth token).
     pub bearer: Option<HeaderValue>,
-}
-
-/// Why `model` cannot be sent to `target` at all (an ineligible skip with this detail, before any
-/// translation or token fetch): Gemini models on Vertex, pending the gemini dialect.
-pub fn unsupported(target: &Target, model: &str) -> Option<String> {
-    match target.provider {
-        ProviderKind::Vertex => vertex::unsupported(model),
-        _ => None,
-    }
 }
 
 /// The HTTP request for one attempt.

@@ -1,6 +1,7 @@
 //! `provider: vertex` — Vertex AI. Anthropic models (`claude-*`) through `rawPredict` /
-//! `streamRawPredict` in the Anthropic Messages format; Gemini models (publisher `google`) wait for
-//! the gemini dialect and are skipped until then ([`unsupported`]).
+//! `streamRawPredict` in the Anthropic Messages format; every other model (publisher `google`,
+//! `gemini-*`) through `generateContent` / `streamGenerateContent?alt=sse` in the Gemini format
+//! (the body Google AI takes; Vertex adds optional fields such as `labels`, which pass through).
 //!
 //! Auth: `Authorization: Bearer` with a ready token from the environment (`accessToken`), or an
 //! OAuth token got with the JWT bearer grant from a service account (`credentials`): an RS256 JWT
@@ -24,6 +25,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::PrivatePkcs8KeyDer;
 use serde_json::value::RawValue;
 use sidetrack_config::{ServiceAccount, Target, VertexAuth};
+use sidetrack_dialects::Dialect;
 use tokio::time::Instant;
 
 use super::{bearer, post, secret, BuildError, HttpClient, Outbound};
@@ -44,12 +46,12 @@ const MAX_TOKEN_RESPONSE_BYTES: usize = 64 * 1024;
 pub enum VertexPublisher {
     /// `claude-*`: `publishers/anthropic/models/{model}:rawPredict`, Anthropic Messages.
     Anthropic,
-    /// Everything else (`gemini-*`): `publishers/google/models/{model}:generateContent` — pending
-    /// the gemini dialect.
+    /// Everything else (`gemini-*`): `publishers/google/models/{model}:generateContent`, Gemini.
     Google,
 }
 
 impl VertexPublisher {
+    /// By the model name: `claude*` is Anthropic's, anything else Google's.
     pub fn of(model: &str) -> VertexPublisher {
         if model.starts_with("claude") {
             VertexPublisher::Anthropic
@@ -57,16 +59,13 @@ impl VertexPublisher {
             VertexPublisher::Google
         }
     }
-}
 
-/// Why `model` cannot be sent to this Vertex target yet (an ineligible skip, not an attempt).
-pub fn unsupported(model: &str) -> Option<String> {
-    match VertexPublisher::of(model) {
-        VertexPublisher::Anthropic => None,
-        VertexPublisher::Google => Some(format!(
-            "vertex: `{model}` is a Google-published model; Gemini on Vertex is pending the gemini \
-             dialect (only claude-* models are sent to vertex for now)"
-        )),
+    /// The wire format the publisher's models take.
+    pub fn format(self) -> Dialect {
+        match self {
+            VertexPublisher::Anthropic => Dialect::AnthropicMessages,
+            VertexPublisher::Google => Dialect::Gemini,
+        }
     }
 }
 
@@ -84,29 +83,46 @@ pub fn request(out: Outbound<'_>) -> Result<http::Request<Full<Bytes>>, BuildErr
             target.name
         )));
     };
-    let verb = if out.stream {
-        "streamRawPredict"
-    } else {
-        "rawPredict"
-    };
-    let path = format!(
-        "/v1/projects/{}/locations/{}/publishers/anthropic/models/{}:{verb}",
-        encode_segment(project),
-        encode_segment(region),
-        encode_segment(out.model),
-    );
-    let body = vertex_body(&out.body).map_err(|e| {
-        BuildError(format!(
-            "target `{}`: the Anthropic body is not a JSON object: {e}",
-            target.name
-        ))
-    })?;
     let stream = out.stream;
-    let mut req = post(Outbound { body, ..out }, &path)?;
+    let mut req = if out.format == Dialect::Gemini {
+        // `/v1/projects/{p}/locations/{r}/publishers/google/models/{model}:generateContent`
+        // (`:streamGenerateContent?alt=sse`): the Gemini path under the publisher's prefix.
+        let prefix = format!(
+            "v1/projects/{}/locations/{}/publishers/google",
+            encode_segment(project),
+            encode_segment(region),
+        );
+        let path = sidetrack_dialects::gemini::path(&prefix, out.model, stream);
+        post(out, &path)?
+    } else {
+        let verb = if stream {
+            "streamRawPredict"
+        } else {
+            "rawPredict"
+        };
+        let path = format!(
+            "/v1/projects/{}/locations/{}/publishers/anthropic/models/{}:{verb}",
+            encode_segment(project),
+            encode_segment(region),
+            encode_segment(out.model),
+        );
+        let body = vertex_body(&out.body).map_err(|e| {
+            BuildError(format!(
+                "target `{}`: the Anthropic body is not a JSON object: {e}",
+                target.name
+            ))
+        })?;
+        post(Outbound { body, ..out }, &path)?
+    };
     let h = req.headers_mut();
-    if stream {
-        h.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-    }
+    h.insert(
+        ACCEPT,
+        HeaderValue::from_static(if stream {
+            "text/event-stream"
+        } else {
+            "application/json"
+        }),
+    );
     h.insert(AUTHORIZATION, token);
     Ok(req)
 }
@@ -400,7 +416,11 @@ mod tests {
             VertexPublisher::of("gemini-2.5-pro"),
             VertexPublisher::Google
         );
-        assert!(unsupported("gemini-2.5-pro").unwrap().contains("pending"));
+        assert_eq!(VertexPublisher::Google.format(), Dialect::Gemini);
+        assert_eq!(
+            VertexPublisher::Anthropic.format(),
+            Dialect::AnthropicMessages
+        );
         assert_eq!(encode_segment("claude-3@2024"), "claude-3@2024");
         assert_eq!(encode_segment("a/b?c"), "a%2Fb%3Fc");
     }

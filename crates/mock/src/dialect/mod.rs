@@ -73,6 +73,9 @@ pub enum Dialect {
     /// Vertex AI, Anthropic models: `POST /v1/projects/{p}/locations/{r}/publishers/anthropic/
     /// models/{model}:rawPredict` and `:streamRawPredict` (Anthropic bodies without `model`).
     VertexAnthropic,
+    /// Vertex AI, Google models: `POST /v1/projects/{p}/locations/{r}/publishers/google/models/
+    /// {model}:generateContent` and `:streamGenerateContent` (Gemini bodies and answers).
+    VertexGemini,
     /// `POST /{v1beta|v1}/models/{model}:generateContent` and `:streamGenerateContent`.
     Gemini,
 }
@@ -140,7 +143,9 @@ impl Dialect {
                 embeddings::parse(api, model_id, body).map(|(facts, json, _)| (facts, json))
             }
             Self::VertexAnthropic => vertex::parse_request(model_id, route.path_stream, body),
-            Self::Gemini => gemini::parse_request(model_id, route.path_stream, body),
+            Self::Gemini | Self::VertexGemini => {
+                gemini::parse_request(model_id, route.path_stream, body)
+            }
         }
     }
 
@@ -170,8 +175,8 @@ impl Dialect {
             (Self::Embeddings(_), _) => openai_chat::render_success(ctx, success),
             (Self::VertexAnthropic, true) => anthropic::render_stream(ctx, success),
             (Self::VertexAnthropic, false) => anthropic::render_success(ctx, success),
-            (Self::Gemini, true) => gemini::render_stream(ctx, success),
-            (Self::Gemini, false) => gemini::render_success(ctx, success),
+            (Self::Gemini | Self::VertexGemini, true) => gemini::render_stream(ctx, success),
+            (Self::Gemini | Self::VertexGemini, false) => gemini::render_success(ctx, success),
         }
     }
 
@@ -187,7 +192,7 @@ impl Dialect {
                 bedrock::render_error(ctx, error)
             }
             Self::VertexAnthropic => anthropic::render_error(ctx, error),
-            Self::Gemini => gemini::render_error(ctx, error),
+            Self::Gemini | Self::VertexGemini => gemini::render_error(ctx, error),
         }
     }
 }

@@ -1,8 +1,9 @@
-//! Vertex AI's Anthropic models: `rawPredict` / `streamRawPredict` under
-//! `/v1/projects/{project}/locations/{region}/publishers/anthropic/models/{model}:…`. The body is
+//! Vertex AI under `/v1/projects/{project}/locations/{region}/publishers/{publisher}/models/…`.
+//! Anthropic models (`publishers/anthropic`): `rawPredict` / `streamRawPredict`; the body is
 //! Anthropic Messages without `model` (it is in the path) and with
-//! `anthropic_version: vertex-2023-10-16`; the answers are Anthropic's. The bearer check is the
-//! handler's ([`crate::google_token`]).
+//! `anthropic_version: vertex-2023-10-16`; the answers are Anthropic's. Google models
+//! (`publishers/google`): `generateContent` / `streamGenerateContent` with Gemini bodies and
+//! answers ([`super::gemini`]). The bearer check is the handler's ([`crate::google_token`]).
 
 use serde_json::Value;
 
@@ -13,7 +14,8 @@ use crate::engine::{MockError, RequestFacts};
 pub const ANTHROPIC_VERSION: &str = "vertex-2023-10-16";
 
 /// `/v1/projects/{p}/locations/{r}/publishers/anthropic/models/{model}:rawPredict` (or
-/// `:streamRawPredict`).
+/// `:streamRawPredict`), `…/publishers/google/models/{model}:generateContent` (or
+/// `:streamGenerateContent`).
 pub fn route(raw_path: &str) -> Option<Route> {
     let rest = raw_path.strip_prefix("/v1/projects/")?;
     let mut segments = rest.split('/');
@@ -29,19 +31,23 @@ pub fn route(raw_path: &str) -> Option<Route> {
     if segments.next().is_some()
         || locations != "locations"
         || publishers != "publishers"
-        || publisher != "anthropic"
         || models != "models"
     {
         return None;
     }
     let (model, verb) = last.rsplit_once(':')?;
-    let path_stream = match verb {
-        "rawPredict" => false,
-        "streamRawPredict" => true,
+    let (dialect, path_stream) = match (publisher, verb) {
+        ("anthropic", "rawPredict") => (Dialect::VertexAnthropic, false),
+        ("anthropic", "streamRawPredict") => (Dialect::VertexAnthropic, true),
+        ("google", "generateContent") => (Dialect::VertexGemini, false),
+        ("google", "streamGenerateContent") => (Dialect::VertexGemini, true),
         _ => return None,
     };
+    if model.is_empty() {
+        return None;
+    }
     Some(Route {
-        dialect: Dialect::VertexAnthropic,
+        dialect,
         endpoint: raw_path.to_owned(),
         model_id: Some(percent_decode(model)),
         path_stream,
