@@ -204,6 +204,11 @@ impl RedisState {
         format!("{}idem:{}", self.prefix, id)
     }
 
+    /// A response store entry (`hex`: its exact key in hex).
+    pub fn cache_key(&self, hex: &str) -> String {
+        format!("{}cache:{}", self.prefix, hex)
+    }
+
     pub fn breaker_key(&self, target: &str, model: &str) -> String {
         format!("{}breaker:{}\u{1f}{}", self.prefix, target, model)
     }
