@@ -610,4 +610,55 @@ mod tests {
         assert!(t.get(&key(1), later).is_none(), "expired at its TTL");
         assert_eq!((t.len(), t.bytes()), (0, 0));
     }
+
+    #[tokio::test]
+    async fn mirror_writes_are_bounded_and_the_excess_is_dropped_and_counted() {
+        // A Redis that accepts connections and never answers: every write waits out its budget.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let redis = RedisState::new(&sidetrack_config::Redis {
+            url: format!("redis://{}/0", silent.local_addr().unwrap()),
+            key_prefix: "t:".into(),
+            budget: Duration::from_millis(300),
+            sync_interval: Duration::from_secs(1),
+        })
+        .unwrap();
+        let store = Store::new(
+            &Cache::default(),
+            Some(Arc::new(redis)),
+            Arc::new(Metrics::new()),
+        );
+        let extra = 10;
+        for n in 0..(MIRROR_WRITES_IN_FLIGHT + extra) as u32 {
+            assert!(store.put(key(n), answer("a")), "memory keeps every answer");
+        }
+        assert_eq!(store.mirror_writes_dropped(), extra as u64);
+        assert_eq!(store.len(), MIRROR_WRITES_IN_FLIGHT + extra);
+        // A lookup against the silent Redis is a miss within the budget (not one budget per
+        // write queued ahead of it), not an error.
+        let started = Instant::now();
+        assert!(!store.fill_from_mirror(&key(u32::MAX)).await);
+        assert!(
+            started.elapsed() < Duration::from_millis(1000),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn an_answer_filled_from_the_mirror_keeps_its_remaining_life() {
+        let t = MemoryTier::new(bounds(10, 1 << 20));
+        let now = Instant::now();
+        assert!(t.put_until(
+            key(1),
+            Arc::new(answer("a")),
+            now,
+            now + Duration::from_secs(5)
+        ));
+        assert!(t.get(&key(1), now + Duration::from_secs(4)).is_some());
+        assert!(t.get(&key(1), now + Duration::from_secs(5)).is_none());
+        assert!(
+            !t.put_until(key(2), Arc::new(answer("a")), now, now),
+            "already expired"
+        );
+    }
 }
