@@ -417,7 +417,7 @@ impl Store {
         kept
     }
 
-    fn mirror_write(&self, m: &Mirror, key: &StoreKey, value: &ChatResponse) {
+    fn mirror_write(&self, m: &Mirror, key: &StoreKey, value: &Arc<ChatResponse>) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -427,16 +427,19 @@ impl Store {
             return;
         }
         let slot = WriteSlot(m.in_flight.clone());
-        let Ok(encoded) = serde_json::to_vec(value) else {
-            return;
-        };
-        let k = m.redis.cache_key(&hex(&key.exact));
+        // Encoded in the task: the request path only clones an `Arc`.
+        let value = value.clone();
+        let exact = key.exact;
         let ttl = u64::try_from(self.memory.ttl().as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
         let (redis, metrics) = (m.redis.clone(), m.metrics.clone());
         rt.spawn(async move {
             let _slot = slot;
+            let Ok(encoded) = serde_json::to_vec(&*value) else {
+                return;
+            };
+            let k = redis.cache_key(&hex(&exact));
             let _ = redis
                 .call(|mut c| async move {
                     redis::cmd("SET")
