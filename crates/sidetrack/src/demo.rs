@@ -37,15 +37,27 @@ struct Demo {
 struct Reply {
     status: u16,
     should_retry: Option<String>,
+    /// `x-sidetrack-cache`
+    cache: Option<String>,
+    retry_after: Option<String>,
     text: String,
 }
 
 impl Demo {
     async fn send(&mut self, model: &str, stream: bool) -> Result<(Reply, RoutingRecord), String> {
+        self.ask(model, "Say hello", stream).await
+    }
+
+    async fn ask(
+        &mut self,
+        model: &str,
+        question: &str,
+        stream: bool,
+    ) -> Result<(Reply, RoutingRecord), String> {
         let body = serde_json::json!({
             "model": model,
             "stream": stream,
-            "messages": [{"role": "user", "content": "Say hello"}],
+            "messages": [{"role": "user", "content": question}],
         });
         let req = http::Request::post(format!("{}/v1/chat/completions", self.base))
             .header("content-type", "application/json")
@@ -57,11 +69,15 @@ impl Demo {
             .await
             .map_err(|e| format!("request failed: {e}"))?;
         let status = resp.status().as_u16();
-        let should_retry = resp
-            .headers()
-            .get("x-should-retry")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let should_retry = header("x-should-retry");
+        let cache = header("x-sidetrack-cache");
+        let retry_after = header("retry-after");
         let bytes = resp
             .into_body()
             .collect()
@@ -79,6 +95,8 @@ impl Demo {
             Reply {
                 status,
                 should_retry,
+                cache,
+                retry_after,
                 text,
             },
             rec,
@@ -118,7 +136,13 @@ fn describe(rec: &RoutingRecord) -> String {
         .served_by
         .as_ref()
         .map(|s| format!("{}/{}", s.target, s.model))
-        .unwrap_or_else(|| "nobody".into());
+        .unwrap_or_else(|| {
+            if rec.reason == "servedFromCache" {
+                "the response store".into()
+            } else {
+                "nobody".into()
+            }
+        });
     lines.push(format!(
         "    ⇒ status {} from {served}, reason `{}`, {} attempt(s), {:.1} ms total",
         rec.status,
@@ -267,6 +291,9 @@ pub async fn run(listen: SocketAddr, admin: SocketAddr, no_serve: bool) -> ExitC
     if let Err(e) = controller_story(&mut demo, &mock).await {
         return fail(RUNTIME, &format!("demo request failed: {e}"));
     }
+    if let Err(e) = cache_story(&mut demo, &mock).await {
+        return fail(RUNTIME, &format!("demo request failed: {e}"));
+    }
     mock.reset();
 
     if no_serve {
@@ -395,6 +422,65 @@ async fn controller_story(demo: &mut Demo, mock: &MockServer) -> Result<(), Stri
     );
     let (_, rec) = demo.send("quick-answer", false).await?;
     say!("{}\n", describe(&rec));
+    Ok(())
+}
+
+/// The answer text of a whole OpenAI chat body.
+fn answer_text(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            v["choices"][0]["message"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .unwrap_or_default()
+}
+
+/// Steps 12–14: everything is down and the response store answers (SPEC §12).
+async fn cache_story(demo: &mut Demo, mock: &MockServer) -> Result<(), String> {
+    const ASKED: &str = "What are your opening hours?";
+    say!("12. Rule `cached-answers` has `cache: {{ mode: lastResort }}`: a question is answered normally, and the answer is kept.");
+    let (reply, rec) = demo.ask("faq-bot", ASKED, false).await?;
+    say!("{}", describe(&rec));
+    say!("    caller received: {:?}\n", answer_text(&reply.text));
+
+    say!("13. Every provider on the route answers 503 now. The same question is still answered: the walk runs, fails, and the stored answer is served.");
+    let down = Behaviour {
+        status: Some(503),
+        retry_after_seconds: Some(5),
+        ..Behaviour::default()
+    };
+    mock.set_behaviour("faq-model", down.clone());
+    mock.set_behaviour("faq-backup", down);
+    let (reply, rec) = demo.ask("faq-bot", ASKED, false).await?;
+    say!("{}", describe(&rec));
+    say!(
+        "    caller received: HTTP {} {:?} with x-sidetrack-cache: {}\n",
+        reply.status,
+        answer_text(&reply.text),
+        reply.cache.as_deref().unwrap_or("(absent)")
+    );
+
+    say!("14. A question nobody asked before has no stored answer: the caller gets the walk's 503 and when to retry.");
+    let (reply, rec) = demo
+        .ask("faq-bot", "Do you deliver on Sundays?", false)
+        .await?;
+    for s in &rec.skipped {
+        say!(
+            "      skipped hop {}: {}/{} ({})",
+            s.hop,
+            s.target,
+            s.model,
+            s.why
+        );
+    }
+    say!("{}", describe(&rec));
+    say!(
+        "    caller received: HTTP {} with Retry-After: {}\n",
+        reply.status,
+        reply.retry_after.as_deref().unwrap_or("(absent)")
+    );
     Ok(())
 }
 

@@ -200,6 +200,30 @@ fn demo_narrates_fallbacks_and_exits_cleanly_on_ctrl_c() {
         seen.contains("fast-model, reason `servedViaFallbackHop:1`"),
         "{seen}"
     );
+    // The response store: answered normally, then from the store when everything is down, and a
+    // novel question gets the walk's 503 with Retry-After.
+    let store = &seen[seen.find("12. Rule `cached-answers`").expect(&seen)..];
+    assert!(
+        store.contains("faq-model, reason `servedByPrimary`"),
+        "{store}"
+    );
+    assert!(
+        store
+            .contains("status 200 from the response store, reason `servedFromCache`, 2 attempt(s)"),
+        "{store}"
+    );
+    assert!(
+        store.contains("caller received: HTTP 200") && store.contains("x-sidetrack-cache: hit"),
+        "{store}"
+    );
+    assert!(
+        store.contains("status 503 from openai-backup/faq-backup, reason `chainExhausted`"),
+        "{store}"
+    );
+    assert!(
+        store.contains("caller received: HTTP 503 with Retry-After: 5"),
+        "{store}"
+    );
     let status = Command::new("kill")
         .args(["-INT", &pid.to_string()])
         .status()

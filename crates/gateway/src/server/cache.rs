@@ -124,6 +124,36 @@ pub(super) fn lookup(shared: &Shared, cache: &CacheUse) -> Option<std::sync::Arc
     hit
 }
 
+/// Did the walk end without success (not a caller's 400)? Then the store may answer (SPEC §12).
+pub(super) fn walk_failed(out: &crate::engine::WalkOutput) -> bool {
+    out.deadline_exceeded || out.returned.as_ref().is_none_or(|r| r.fired)
+}
+
+/// With the Redis mirror (`state.redis`): the key whose stored answer should be brought into
+/// memory before a lookup that will use it — `always` before the walk (`after_walk` `None`), any
+/// mode after a failed walk. Without a mirror, or for a request that will not look, `None`.
+pub(super) fn mirror_wanted(
+    shared: &Shared,
+    cache: Option<&CacheUse>,
+    after_walk: Option<&crate::engine::WalkOutput>,
+) -> Option<StoreKey> {
+    let c = cache?;
+    let key = c.key?;
+    let wanted = match after_walk {
+        None => c.mode == CacheMode::Always,
+        Some(out) => walk_failed(out),
+    };
+    (wanted && shared.store.mirrored()).then_some(key)
+}
+
+/// Brings `key`'s answer from the mirror into memory, if Redis has it (fail-open).
+pub(super) async fn fill_from_mirror(shared: &Shared, key: StoreKey) {
+    // Boxed: the Redis call makes this future large, and only requests that look pay for it.
+    if Box::pin(shared.store.fill_from_mirror(&key)).await {
+        shared.metrics.cache_entries(shared.store.len());
+    }
+}
+
 /// A stored answer as the caller's 200: a whole body, or — when the caller asked for a stream —
 /// the answer replayed through the dialect's stream encoder (SSE or the Bedrock event stream).
 pub(super) fn hit_response(

@@ -142,7 +142,7 @@ pub async fn start(
     let health = Health::new(options.clock, metrics.clone(), &config);
     let limiter = Arc::new(crate::state::limits::RateLimiter::new(health.store()));
     let idempotency = crate::state::idempotency::Idempotency::new(health.store());
-    let store = crate::state::store::Store::new(&config.cache);
+    let store = crate::state::store::Store::new(&config.cache, health.store(), metrics.clone());
     let shared = Arc::new(Shared {
         health,
         runtime: ArcSwap::from_pointee(Runtime::new(config)),

@@ -376,6 +376,9 @@ async fn route_walk_commit(
     ctx.match_type = Some(plan.match_type.as_str());
     // the response store (SPEC §12): `always` answers a hit before the walk
     ctx.cache = cache::prepare(&rt.config, plan.rule, &principal.name, parsed, headers);
+    if let Some(key) = cache::mirror_wanted(shared, ctx.cache.as_deref(), None) {
+        cache::fill_from_mirror(shared, key).await;
+    }
     if let Some(hit) = ctx.cached_before_walk() {
         return ctx.served_from_cache(&hit, engine::WalkOutput::default());
     }
@@ -396,6 +399,9 @@ async fn route_walk_commit(
         fallback_off,
     })
     .await;
+    if let Some(key) = cache::mirror_wanted(shared, ctx.cache.as_deref(), Some(&out)) {
+        cache::fill_from_mirror(shared, key).await;
+    }
     ctx.commit(out, &rt.secrets)
 }
 

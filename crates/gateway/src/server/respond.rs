@@ -240,10 +240,7 @@ impl RequestCtx {
         // SPEC §12: a walk that ended without success (not a caller's 400) falls through to the
         // response store.
         // One test when the request does not use the store.
-        let failed = |out: &WalkOutput| {
-            out.deadline_exceeded || out.returned.as_ref().is_none_or(|r| r.fired)
-        };
-        if self.cache.is_some() && failed(&out) {
+        if self.cache.is_some() && super::cache::walk_failed(&out) {
             if let Some(hit) = self.cached_answer() {
                 return self.served_from_cache(&hit, out);
             }

@@ -204,6 +204,11 @@ impl RedisState {
         format!("{}idem:{}", self.prefix, id)
     }
 
+    /// A response store entry (`hex`: its exact key in hex).
+    pub fn cache_key(&self, hex: &str) -> String {
+        format!("{}cache:{}", self.prefix, hex)
+    }
+
     pub fn breaker_key(&self, target: &str, model: &str) -> String {
         format!("{}breaker:{}\u{1f}{}", self.prefix, target, model)
     }
@@ -223,17 +228,25 @@ impl RedisState {
         self.up.swap(ok, Ordering::Relaxed) != ok
     }
 
+    /// The shared connection, made if there is none. The wait for another call's connect counts
+    /// against the budget too: while Redis hangs, calls queued behind one connect give up after
+    /// the budget instead of one budget per call ahead of them.
     async fn connection(&self) -> Result<MultiplexedConnection, Unavailable> {
-        let mut slot = self.conn.lock().await;
-        if let Some(c) = slot.as_ref() {
-            return Ok(c.clone());
-        }
-        let c = tokio::time::timeout(self.budget, self.client.get_multiplexed_async_connection())
-            .await
-            .map_err(|_| Unavailable)?
-            .map_err(|_| Unavailable)?;
-        *slot = Some(c.clone());
-        Ok(c)
+        tokio::time::timeout(self.budget, async {
+            let mut slot = self.conn.lock().await;
+            if let Some(c) = slot.as_ref() {
+                return Ok(c.clone());
+            }
+            let c = self
+                .client
+                .get_multiplexed_async_connection()
+                .await
+                .map_err(|_| Unavailable)?;
+            *slot = Some(c.clone());
+            Ok(c)
+        })
+        .await
+        .map_err(|_| Unavailable)?
     }
 
     /// Runs one call within the budget; on failure drops the connection and reports Unavailable.
@@ -250,7 +263,10 @@ impl RedisState {
             Err(e) => Err(e),
         };
         if result.is_err() {
-            *self.conn.lock().await = None;
+            // Busy: another call is connecting anew, and that one replaces the connection.
+            if let Ok(mut slot) = self.conn.try_lock() {
+                *slot = None;
+            }
         }
         self.note(result.is_ok());
         result

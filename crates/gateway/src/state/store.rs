@@ -1,21 +1,26 @@
 //! The response store (SPEC §12): complete answers in canonical form, so a stored answer can be
 //! served in whatever dialect the caller speaks, streamed or not.
 //!
-//! This round holds exact keys in process memory: an LRU bounded by entries and by bytes, with a
-//! time to live. Two seams are left for what comes next:
+//! Exact keys are held in process memory (an LRU bounded by entries and by bytes, with a time to
+//! live) and, with `state.redis`, mirrored to Redis so every replica can serve every replica's
+//! answers (fail-open). Two seams are left for what comes next:
 //! - [`StoreKey::partition`] hashes what a semantic match must share exactly (scope, model,
 //!   system prompt, tools, tool choice, output schema): a vector index attaches its entries to a
 //!   partition and maps a near match to an exact [`StoreKey`].
-//! - [`Tier`] is what a backend offers; the Redis mirror is a second tier behind the memory one.
+//! - [`Tier`] is what a synchronous backend offers; the Redis mirror sits behind the memory one.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use sidetrack_config::{Cache, CacheScope};
 use sidetrack_dialects::canonical::{ChatRequest, ChatResponse, Part};
+
+use crate::observe::metrics::Metrics;
+use crate::state::redis::RedisState;
 
 /// Whose answers a key belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,8 +149,9 @@ impl Bounds {
     }
 }
 
-/// A backend of the store. The memory tier is synchronous; a Redis mirror would be consulted
-/// after a memory miss and filled after a memory insert, under the state budget (fail-open).
+/// A backend of the store: what a synchronous tier offers. The Redis mirror ([`Store`]) is
+/// consulted after a memory miss and written after a memory insert, under the state budget
+/// (fail-open).
 pub trait Tier: Send + Sync {
     fn get(&self, key: &StoreKey, now: Instant) -> Option<Arc<ChatResponse>>;
     /// Stores `value` (replacing an older answer); false when it is larger than the store.
@@ -234,6 +240,41 @@ impl MemoryTier {
     pub fn bytes(&self) -> usize {
         self.lock().bytes
     }
+
+    /// The TTL answers stored now get.
+    pub fn ttl(&self) -> Duration {
+        self.lock().bounds.ttl
+    }
+
+    /// Stores `value` until `expires` (an answer filled from the mirror keeps its remaining life).
+    pub fn put_until(
+        &self,
+        key: StoreKey,
+        value: Arc<ChatResponse>,
+        now: Instant,
+        expires: Instant,
+    ) -> bool {
+        let size = entry_size(&value);
+        let mut lru = self.lock();
+        if size > lru.bounds.max_bytes || expires <= now {
+            return false;
+        }
+        lru.remove(&key.exact);
+        let tick = lru.next_tick();
+        lru.order.insert(tick, key.exact);
+        lru.bytes += size;
+        lru.map.insert(
+            key.exact,
+            Slot {
+                value,
+                size,
+                expires,
+                tick,
+            },
+        );
+        lru.evict();
+        true
+    }
 }
 
 impl Tier for MemoryTier {
@@ -256,27 +297,8 @@ impl Tier for MemoryTier {
     }
 
     fn put(&self, key: StoreKey, value: Arc<ChatResponse>, now: Instant) -> bool {
-        let size = entry_size(&value);
-        let mut lru = self.lock();
-        if size > lru.bounds.max_bytes {
-            return false;
-        }
-        lru.remove(&key.exact);
-        let tick = lru.next_tick();
-        let expires = now + lru.bounds.ttl;
-        lru.order.insert(tick, key.exact);
-        lru.bytes += size;
-        lru.map.insert(
-            key.exact,
-            Slot {
-                value,
-                size,
-                expires,
-                tick,
-            },
-        );
-        lru.evict();
-        true
+        let ttl = self.ttl();
+        self.put_until(key, value, now, now + ttl)
     }
 
     fn len(&self) -> usize {
@@ -284,15 +306,58 @@ impl Tier for MemoryTier {
     }
 }
 
-/// The store: the memory tier now; the Redis mirror joins as a second [`Tier`].
+/// How many mirror writes may be in flight at once (per process); past it a write is dropped
+/// and counted (the answer is still kept in memory).
+pub const MIRROR_WRITES_IN_FLIGHT: usize = 64;
+
+/// The Redis mirror (`state.redis`): every stored answer is also written to
+/// `{keyPrefix}cache:<hex exact key>` (serde_json of the canonical answer, `PX` = the TTL), and a
+/// memory miss looks there before it counts as a miss. Fail-open: a slow or absent Redis is a
+/// miss, never an error.
+struct Mirror {
+    redis: Arc<RedisState>,
+    metrics: Arc<Metrics>,
+    in_flight: Arc<AtomicUsize>,
+    dropped: AtomicU64,
+}
+
+/// Lowercase hex of a key.
+fn hex(bytes: &[u8; 32]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(64);
+    for b in bytes {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    s
+}
+
+/// Gives back a mirror write's slot when the write ends (or its task is dropped).
+struct WriteSlot(Arc<AtomicUsize>);
+
+impl Drop for WriteSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The store: the memory tier, and the Redis mirror behind it with `state.redis`.
 pub struct Store {
     memory: MemoryTier,
+    mirror: Option<Mirror>,
 }
 
 impl Store {
-    pub fn new(cache: &Cache) -> Store {
+    /// `redis`: the shared state store (`state.redis`), when there is one.
+    pub fn new(cache: &Cache, redis: Option<Arc<RedisState>>, metrics: Arc<Metrics>) -> Store {
         Store {
             memory: MemoryTier::new(Bounds::of(cache)),
+            mirror: redis.map(|redis| Mirror {
+                redis,
+                metrics,
+                in_flight: Arc::new(AtomicUsize::new(0)),
+                dropped: AtomicU64::new(0),
+            }),
         }
     }
 
@@ -305,8 +370,96 @@ impl Store {
         self.memory.get(key, Instant::now())
     }
 
+    /// Is there a mirror to look into?
+    pub fn mirrored(&self) -> bool {
+        self.mirror.is_some()
+    }
+
+    /// After a memory miss: looks the key up in the mirror (within the state budget) and, on a
+    /// hit, keeps the answer in memory for the rest of its Redis lifetime. False on a miss, a
+    /// bad entry, or an unavailable Redis (fail-open).
+    pub async fn fill_from_mirror(&self, key: &StoreKey) -> bool {
+        let Some(m) = &self.mirror else {
+            return false;
+        };
+        if self.memory.get(key, Instant::now()).is_some() {
+            return true;
+        }
+        let k = m.redis.cache_key(&hex(&key.exact));
+        let got: Result<(Option<Vec<u8>>, i64), _> = m
+            .redis
+            .call(|mut c| async move { redis::pipe().get(&k).pttl(&k).query_async(&mut c).await })
+            .await;
+        m.metrics.state_backend_up(m.redis.is_up());
+        let Ok((Some(raw), pttl)) = got else {
+            return false;
+        };
+        let Ok(answer) = serde_json::from_slice::<ChatResponse>(&raw) else {
+            return false;
+        };
+        // -1: no expiry (not written by us); -2: gone meanwhile.
+        let Ok(left) = u64::try_from(pttl) else {
+            return false;
+        };
+        let now = Instant::now();
+        let left = Duration::from_millis(left).min(self.memory.ttl());
+        self.memory
+            .put_until(*key, Arc::new(answer), now, now + left)
+    }
+
+    /// Keeps `value` in memory and, with a mirror, writes it to Redis in the background.
     pub fn put(&self, key: StoreKey, value: ChatResponse) -> bool {
-        self.memory.put(key, Arc::new(value), Instant::now())
+        let value = Arc::new(value);
+        let kept = self.memory.put(key, value.clone(), Instant::now());
+        if let Some(m) = &self.mirror {
+            self.mirror_write(m, &key, &value);
+        }
+        kept
+    }
+
+    fn mirror_write(&self, m: &Mirror, key: &StoreKey, value: &Arc<ChatResponse>) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if m.in_flight.fetch_add(1, Ordering::AcqRel) >= MIRROR_WRITES_IN_FLIGHT {
+            m.in_flight.fetch_sub(1, Ordering::AcqRel);
+            m.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let slot = WriteSlot(m.in_flight.clone());
+        // Encoded in the task: the request path only clones an `Arc`.
+        let value = value.clone();
+        let exact = key.exact;
+        let ttl = u64::try_from(self.memory.ttl().as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let (redis, metrics) = (m.redis.clone(), m.metrics.clone());
+        rt.spawn(async move {
+            let _slot = slot;
+            let Ok(encoded) = serde_json::to_vec(&*value) else {
+                return;
+            };
+            let k = redis.cache_key(&hex(&exact));
+            let _ = redis
+                .call(|mut c| async move {
+                    redis::cmd("SET")
+                        .arg(k)
+                        .arg(encoded)
+                        .arg("PX")
+                        .arg(ttl)
+                        .query_async::<()>(&mut c)
+                        .await
+                })
+                .await;
+            metrics.state_backend_up(redis.is_up());
+        });
+    }
+
+    /// Mirror writes dropped because [`MIRROR_WRITES_IN_FLIGHT`] were already under way.
+    pub fn mirror_writes_dropped(&self) -> u64 {
+        self.mirror
+            .as_ref()
+            .map_or(0, |m| m.dropped.load(Ordering::Relaxed))
     }
 
     pub fn len(&self) -> usize {
@@ -459,5 +612,56 @@ mod tests {
         let later = now + Duration::from_secs(60);
         assert!(t.get(&key(1), later).is_none(), "expired at its TTL");
         assert_eq!((t.len(), t.bytes()), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn mirror_writes_are_bounded_and_the_excess_is_dropped_and_counted() {
+        // A Redis that accepts connections and never answers: every write waits out its budget.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let redis = RedisState::new(&sidetrack_config::Redis {
+            url: format!("redis://{}/0", silent.local_addr().unwrap()),
+            key_prefix: "t:".into(),
+            budget: Duration::from_millis(300),
+            sync_interval: Duration::from_secs(1),
+        })
+        .unwrap();
+        let store = Store::new(
+            &Cache::default(),
+            Some(Arc::new(redis)),
+            Arc::new(Metrics::new()),
+        );
+        let extra = 10;
+        for n in 0..(MIRROR_WRITES_IN_FLIGHT + extra) as u32 {
+            assert!(store.put(key(n), answer("a")), "memory keeps every answer");
+        }
+        assert_eq!(store.mirror_writes_dropped(), extra as u64);
+        assert_eq!(store.len(), MIRROR_WRITES_IN_FLIGHT + extra);
+        // A lookup against the silent Redis is a miss within the budget (not one budget per
+        // write queued ahead of it), not an error.
+        let started = Instant::now();
+        assert!(!store.fill_from_mirror(&key(u32::MAX)).await);
+        assert!(
+            started.elapsed() < Duration::from_millis(1000),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn an_answer_filled_from_the_mirror_keeps_its_remaining_life() {
+        let t = MemoryTier::new(bounds(10, 1 << 20));
+        let now = Instant::now();
+        assert!(t.put_until(
+            key(1),
+            Arc::new(answer("a")),
+            now,
+            now + Duration::from_secs(5)
+        ));
+        assert!(t.get(&key(1), now + Duration::from_secs(4)).is_some());
+        assert!(t.get(&key(1), now + Duration::from_secs(5)).is_none());
+        assert!(
+            !t.put_until(key(2), Arc::new(answer("a")), now, now),
+            "already expired"
+        );
     }
 }

@@ -1,0 +1,266 @@
+//! Issue 17 follow-up / SPEC §12: the response store's Redis mirror. Two replicas share one real
+//! `redis-server`: an answer stored through replica A is a `lastResort` hit on replica B when all
+//! of B's providers are down; must-show 4: Redis killed mid-run fails no request (walk results and
+//! local hits keep coming, `sidetrack_state_backend_up` goes 0), and once Redis is back the store
+//! writes again (a new answer stored through A is a hit on B).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{start, streamed_text, Env, Reply};
+use serde_json::json;
+use sidetrack_mock::{Behaviour, MockConfig};
+
+/// A throwaway `redis-server` on a free loopback port (`SIDETRACK_REDIS_SERVER`).
+struct Redis {
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Redis {
+    fn start() -> Redis {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut r = Redis { port, child: None };
+        r.restart();
+        r
+    }
+
+    fn restart(&mut self) {
+        let bin = std::env::var("SIDETRACK_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let child = Command::new(&bin)
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {bin} ({e}): set SIDETRACK_REDIS_SERVER"));
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn config(redis: &str, prefix: &str) -> String {
+    format!(
+        r#"
+state:
+  redis: {{ url: "{redis}", keyPrefix: "{prefix}", syncMilliseconds: 50, budgetMilliseconds: 100 }}
+cache: {{ mode: lastResort, ttlMilliseconds: 600000 }}
+targets:
+  - {{ name: oai, provider: openai, baseUrl: "${{MOCK}}/v1", models: ["m-*"] }}
+rules:
+  - name: r
+    priority: 1
+    matchModels: ["m"]
+    routeToTarget:
+      staticRoute: {{ target: oai, model: m-a }}
+"#
+    )
+}
+
+fn prefix(tag: &str) -> String {
+    format!("t{}{tag}:", std::process::id())
+}
+
+fn reply(text: &str) -> Behaviour {
+    Behaviour {
+        reply: Some(text.to_owned()),
+        ..Behaviour::default()
+    }
+}
+
+fn down() -> Behaviour {
+    Behaviour {
+        status: Some(503),
+        retry_after_seconds: Some(7),
+        ..Behaviour::default()
+    }
+}
+
+/// A replica whose provider answers `m-a` with `b`.
+async fn replica(yaml: &str, b: Behaviour) -> Env {
+    let env = start(yaml, MockConfig::default()).await;
+    env.mock.set_behaviour("m-a", b);
+    env
+}
+
+async fn ask(env: &Env, q: &str, stream: bool) -> Reply {
+    let body = json!({"model": "m", "max_tokens": 64, "stream": stream,
+                      "messages": [{"role": "user", "content": q}]});
+    env.post("/v1/chat/completions", body, &[]).await
+}
+
+fn text(r: &Reply) -> String {
+    r.json()["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn assert_hit(r: &Reply, want: &str) {
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("x-sidetrack-cache"), Some("hit"));
+    assert_eq!(text(r), want);
+}
+
+/// The store entries under `prefix` in Redis, with their remaining lifetimes (ms).
+async fn entries(redis: &str, prefix: &str) -> Vec<i64> {
+    let client = redis::Client::open(redis).unwrap();
+    let Ok(mut c) = client.get_multiplexed_async_connection().await else {
+        return Vec::new();
+    };
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}cache:*"))
+        .query_async(&mut c)
+        .await
+        .unwrap_or_default();
+    let mut ttls = Vec::new();
+    for k in keys {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&k)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        ttls.push(ttl);
+    }
+    ttls
+}
+
+/// Polls `cond` (bounded) until it holds.
+async fn eventually<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !cond().await {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_stored_through_a_is_a_last_resort_hit_on_b() {
+    let redis = Redis::start();
+    let p = prefix("share");
+    let yaml = config(&redis.url(), &p);
+    let a = replica(&yaml, reply("answered on A")).await;
+    // B's only provider has been down from the start: it never got an answer of its own.
+    let b = replica(&yaml, down()).await;
+
+    let r = ask(&b, "shared?", false).await;
+    assert_eq!(r.status, 503, "nothing stored yet: the walk's answer");
+
+    let r = ask(&a, "shared?", false).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-sidetrack-cache"), None);
+    eventually("A's answer is in Redis", || async {
+        entries(&redis.url(), &p).await.len() == 1
+    })
+    .await;
+    let ttls = entries(&redis.url(), &p).await;
+    assert!(
+        ttls[0] > 500_000 && ttls[0] <= 600_000,
+        "PX is the TTL: {ttls:?}"
+    );
+
+    let r = ask(&b, "shared?", false).await;
+    assert_hit(&r, "answered on A");
+    let rec = b.record(2).await;
+    assert_eq!(rec.reason, "servedFromCache");
+    // Streamed too, now from B's own memory tier.
+    let r = ask(&b, "shared?", true).await;
+    assert_eq!(r.header("x-sidetrack-cache"), Some("hit"));
+    assert_eq!(streamed_text(&r.body), "answered on A");
+    assert_eq!(b.metric("sidetrack_cache_entries").await, 1.0);
+    // A question nobody asked is the walk's 503 with its Retry-After.
+    let r = ask(&b, "novel?", false).await;
+    assert_eq!(r.status, 503);
+    assert!(r.header("retry-after").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_outage_fails_no_request_and_the_mirror_resumes_after() {
+    let mut redis = Redis::start();
+    let p = prefix("outage");
+    let yaml = config(&redis.url(), &p);
+    let a = replica(&yaml, reply("from A")).await;
+    let b = replica(&yaml, down()).await;
+
+    ask(&a, "before?", false).await;
+    eventually("the first answer is mirrored", || async {
+        entries(&redis.url(), &p).await.len() == 1
+    })
+    .await;
+    assert_hit(&ask(&b, "before?", false).await, "from A");
+
+    redis.kill();
+    // Mid-outage: A keeps answering from its provider (and keeps storing locally), B keeps
+    // answering from its memory tier; a question B never saw is the walk's own 503.
+    for i in 0..20 {
+        let started = Instant::now();
+        let r = ask(&a, &format!("during {i}?"), false).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(text(&r), "from A");
+        assert_hit(&ask(&b, "before?", false).await, "from A");
+        let r = ask(&b, &format!("novel {i}?"), false).await;
+        assert_eq!(r.status, 503, "{}", r.body);
+        assert!(r.header("retry-after").is_some());
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "a dead Redis costs at most its budget"
+        );
+    }
+    for env in [&a, &b] {
+        eventually("the backend is reported down", || async {
+            env.metric("sidetrack_state_backend_up").await == 0.0
+        })
+        .await;
+    }
+    // A's local store still answers what it stored during the outage.
+    a.mock.set_behaviour("m-a", down());
+    assert_hit(&ask(&a, "during 3?", false).await, "from A");
+    a.mock.set_behaviour("m-a", reply("after the outage"));
+
+    redis.restart();
+    for env in [&a, &b] {
+        eventually("the backend is reported up again", || async {
+            env.metric("sidetrack_state_backend_up").await == 1.0
+        })
+        .await;
+    }
+    let r = ask(&a, "after?", false).await;
+    assert_eq!(text(&r), "after the outage");
+    eventually("the new answer is mirrored", || async {
+        entries(&redis.url(), &p).await.len() == 1
+    })
+    .await;
+    assert_hit(&ask(&b, "after?", false).await, "after the outage");
+}
