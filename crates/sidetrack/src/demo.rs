@@ -310,16 +310,29 @@ pub async fn run(listen: SocketAddr, admin: SocketAddr, no_serve: bool) -> ExitC
     );
     say!("       -d '{{\"model\":\"gpt-4o\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'");
     say!(
-        "  dashboard: {}/  (breakers, fallback rate, disable/enable/reset)",
+        "  dashboard: {}/  (routes, destinations over time, recent decisions)",
         gw.admin_url()
     );
     say!(
         "  or point the OpenAI SDK at it: OpenAI(base_url=\"{}/v1\", api_key=\"unused\")",
         gw.base_url()
     );
+    say!(
+        "A gentle background of traffic keeps the dashboard moving (one request a second), and every \
+         {} s the primary answers 503 for {} s. Requests that did not go straight to their primary are \
+         printed below.",
+        OUTAGE_EVERY.as_secs(),
+        OUTAGE_FOR.as_secs()
+    );
     let printer = tokio::spawn(print_new_records(demo.log.clone(), demo.seen));
+    let traffic = tokio::spawn(background_traffic(
+        demo.client.clone(),
+        demo.base.clone(),
+        mock.base_url(),
+    ));
     let _ = tokio::signal::ctrl_c().await;
     printer.abort();
+    traffic.abort();
     say!("\nstopping");
     let _ = gw.shutdown(DEMO_GRACE).await;
     mock.shutdown().await;
@@ -484,10 +497,69 @@ async fn cache_story(demo: &mut Demo, mock: &MockServer) -> Result<(), String> {
     Ok(())
 }
 
+/// How often the background traffic's scripted outage comes, and how long it lasts.
+const OUTAGE_EVERY: Duration = Duration::from_secs(90);
+const OUTAGE_FOR: Duration = Duration::from_secs(20);
+
+/// While the demo serves: one request a second through the gateway (mostly `gpt-4o`, now and then a
+/// stream or another rule), and every [`OUTAGE_EVERY`] the primary answers 503 for [`OUTAGE_FOR`]
+/// (set through the mock's control API), so someone watching the dashboard sees a breaker open,
+/// probe and close. Errors are ignored: the demo's narration already ended.
+async fn background_traffic(client: HttpClient, base: String, mock: String) {
+    let started = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut n: u64 = 0;
+    loop {
+        tick.tick().await;
+        n += 1;
+        let phase = started.elapsed().as_secs() % OUTAGE_EVERY.as_secs();
+        let behaviour = if phase >= OUTAGE_EVERY.as_secs() - OUTAGE_FOR.as_secs() {
+            r#"{"status": 503}"#
+        } else {
+            "{}"
+        };
+        let _ = post(&client, &format!("{mock}/_mock/models/gpt-4o"), behaviour).await;
+        let (model, stream) = match n % 10 {
+            3 => ("gpt-4o", true),
+            7 => ("summarise-report", false),
+            9 => ("legacy-chat", false),
+            _ => ("gpt-4o", false),
+        };
+        let body = serde_json::json!({
+            "model": model,
+            "stream": stream,
+            "messages": [{"role": "user", "content": "Say hello"}],
+        });
+        let _ = post(
+            &client,
+            &format!("{base}/v1/chat/completions"),
+            &body.to_string(),
+        )
+        .await;
+    }
+}
+
+/// POSTs `body` as JSON and reads the answer to its end.
+async fn post(client: &HttpClient, url: &str, body: &str) -> Result<(), String> {
+    let req = http::Request::post(url)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .map_err(|e| e.to_string())?;
+    let resp = client.request(req).await.map_err(|e| e.to_string())?;
+    resp.into_body()
+        .collect()
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Prints the routing records that did not go straight to their primary (fallbacks, errors, cache
+/// answers), as they arrive; each wait copies only the new records.
 async fn print_new_records(log: RoutingLog, mut seen: usize) {
     loop {
-        let records = log.wait_for(seen + 1, Duration::from_secs(3600)).await;
-        for rec in records.iter().skip(seen) {
+        let records = log.wait_since(seen, Duration::from_secs(3600)).await;
+        seen += records.len();
+        for rec in records.iter().filter(|r| r.reason != "servedByPrimary") {
             say!(
                 "request {} model {:?}: status {}, reason `{}`",
                 rec.request_id,
@@ -497,6 +569,5 @@ async fn print_new_records(log: RoutingLog, mut seen: usize) {
             );
             say!("{}", describe(rec));
         }
-        seen = records.len();
     }
 }

@@ -224,6 +224,25 @@ fn demo_narrates_fallbacks_and_exits_cleanly_on_ctrl_c() {
         store.contains("caller received: HTTP 503 with Retry-After: 5"),
         "{store}"
     );
+    // While serving: the background traffic runs, and the requests that did not go straight to
+    // their primary are printed (the dead-host rule falls back within its first ten requests).
+    let mut serving = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        serving.push_str(&line);
+        serving.push('\n');
+        if line.contains("model Some(\"legacy-chat\")") {
+            break;
+        }
+    }
+    assert!(
+        serving.contains("A gentle background of traffic"),
+        "{serving}"
+    );
+    assert!(
+        serving.contains("reason `servedViaFallbackHop:1`"),
+        "{serving}"
+    );
     let status = Command::new("kill")
         .args(["-INT", &pid.to_string()])
         .status()

@@ -394,10 +394,28 @@ impl RoutingLog {
         }
     }
 
-    /// Waits until at least `n` records exist (memory sink only), or the timeout passes.
-    pub async fn wait_for(&self, n: usize, timeout: std::time::Duration) -> Vec<RoutingRecord> {
-        let Inner::Memory { records, notify } = &*self.inner else {
+    /// The records after the first `n`, waiting up to `timeout` for at least one (memory sink
+    /// only). Copies only the new records, so a long-running reader does not copy the whole log on
+    /// every wake.
+    pub async fn wait_since(&self, n: usize, timeout: std::time::Duration) -> Vec<RoutingRecord> {
+        let Inner::Memory { records, .. } = &*self.inner else {
             return Vec::new();
+        };
+        self.wait_for_len(n + 1, timeout).await;
+        records
+            .lock()
+            .map(|r| {
+                r.get(n..)
+                    .map(<[RoutingRecord]>::to_vec)
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Waits until the memory sink holds at least `n` records, or `timeout`.
+    async fn wait_for_len(&self, n: usize, timeout: std::time::Duration) {
+        let Inner::Memory { records, notify } = &*self.inner else {
+            return;
         };
         let wait = async {
             loop {
@@ -409,6 +427,11 @@ impl RoutingLog {
             }
         };
         let _ = tokio::time::timeout(timeout, wait).await;
+    }
+
+    /// Waits until at least `n` records exist (memory sink only), or the timeout passes.
+    pub async fn wait_for(&self, n: usize, timeout: std::time::Duration) -> Vec<RoutingRecord> {
+        self.wait_for_len(n, timeout).await;
         self.records()
     }
 }
