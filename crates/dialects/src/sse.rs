@@ -12,6 +12,31 @@ pub struct SseEvent {
     pub data: String,
 }
 
+/// A dialect's stream decoder over SSE. The one push loop every such decoder runs is
+/// [`SseStream::push_sse`]: events to the dialect's handler, and the first overflow of the bound as
+/// the canonical protocol failure.
+pub(crate) trait SseStream {
+    /// The decoder's SSE framing.
+    fn sse(&mut self) -> &mut SseDecoder;
+
+    /// One complete event, turned into canonical events.
+    fn on_event(&mut self, ev: &SseEvent, out: &mut Vec<crate::canonical::StreamEvent>);
+
+    fn push_sse(&mut self, bytes: &[u8]) -> Vec<crate::canonical::StreamEvent> {
+        self.sse().push(bytes);
+        let mut out = Vec::new();
+        while let Some(ev) = self.sse().next_event() {
+            self.on_event(&ev, &mut out);
+        }
+        if self.sse().take_overflow() {
+            out.push(crate::canonical::StreamEvent::protocol_failure(
+                crate::canonical::EVENT_TOO_LARGE,
+            ));
+        }
+        out
+    }
+}
+
 /// The default bound on one line or one event (`server.maxStreamEventBytes`, SPEC §14).
 pub const DEFAULT_MAX_EVENT_BYTES: usize = 8 * 1024 * 1024;
 

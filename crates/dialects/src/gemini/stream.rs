@@ -49,17 +49,7 @@ impl StreamDecoder {
     }
 
     pub fn push(&mut self, bytes: &[u8]) -> Vec<StreamEvent> {
-        self.sse.push(bytes);
-        let mut out = Vec::new();
-        while let Some(ev) = self.sse.next_event() {
-            self.push_chunk(&ev.data, &mut out);
-        }
-        if self.sse.take_overflow() {
-            out.push(StreamEvent::protocol_failure(
-                crate::canonical::EVENT_TOO_LARGE,
-            ));
-        }
-        out
+        crate::sse::SseStream::push_sse(self, bytes)
     }
 
     /// The stream ended: a finish still waiting for its usage is sent now.
@@ -297,5 +287,15 @@ impl StreamEncoder {
 impl Default for StreamEncoder {
     fn default() -> Self {
         Self::new("", "")
+    }
+}
+
+impl crate::sse::SseStream for StreamDecoder {
+    fn sse(&mut self) -> &mut crate::sse::SseDecoder {
+        &mut self.sse
+    }
+
+    fn on_event(&mut self, ev: &crate::sse::SseEvent, out: &mut Vec<StreamEvent>) {
+        self.push_chunk(&ev.data, out);
     }
 }

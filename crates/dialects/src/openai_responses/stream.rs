@@ -83,17 +83,7 @@ impl StreamDecoder {
     }
 
     pub fn push(&mut self, bytes: &[u8]) -> Vec<StreamEvent> {
-        self.sse.push(bytes);
-        let mut out = Vec::new();
-        while let Some(ev) = self.sse.next_event() {
-            self.event(&ev, &mut out);
-        }
-        if self.sse.take_overflow() {
-            out.push(StreamEvent::protocol_failure(
-                crate::canonical::EVENT_TOO_LARGE,
-            ));
-        }
-        out
+        crate::sse::SseStream::push_sse(self, bytes)
     }
 
     fn block(&mut self, key: (u64, u64)) -> (usize, bool) {
@@ -514,5 +504,15 @@ impl StreamEncoder {
 impl Default for StreamEncoder {
     fn default() -> Self {
         Self::new("", "")
+    }
+}
+
+impl crate::sse::SseStream for StreamDecoder {
+    fn sse(&mut self) -> &mut crate::sse::SseDecoder {
+        &mut self.sse
+    }
+
+    fn on_event(&mut self, ev: &crate::sse::SseEvent, out: &mut Vec<StreamEvent>) {
+        self.event(ev, out);
     }
 }
