@@ -237,13 +237,12 @@ fn record_skip(
 }
 
 /// Is there a later hop with at least one member that is neither switched off nor ineligible?
-fn later_hop_usable(hops: &[Hop<'_>], health: &Health, req: &ParsedRequest) -> bool {
-    !walk::last_remaining(hops.iter().flat_map(|h| &h.destinations).map(|d| {
-        ineligible(d, req).is_none()
-            && !health
-                .find(&d.target.name, &d.model)
-                .is_some_and(|x| x.is_disabled())
-    }))
+fn later_hop_usable(hops: &[Hop<'_>], input: &WalkInput<'_, '_>) -> bool {
+    !walk::last_remaining(
+        hops.iter()
+            .flat_map(|h| &h.destinations)
+            .map(|d| member_usable(d, input)),
+    )
 }
 
 /// The chain walk. A plain fn returning an `async` block, like [`attempt::run`] (one copy of
@@ -305,7 +304,7 @@ impl<'a, 'p> Walker<'_, 'a, 'p> {
         let input = self.input;
         let hop = &hops[pos];
         let is_last = pos + 1 == hops.len();
-        let last_remaining = !later_hop_usable(&hops[pos + 1..], input.health, input.request);
+        let last_remaining = !later_hop_usable(&hops[pos + 1..], input);
         let mut tried: SmallVec<[bool; 4]> = smallvec::smallvec![false; hop.destinations.len()];
         let mut kind = AttemptKind::First;
         let mut retries_made = 0u32;
@@ -619,7 +618,7 @@ enum Ran {
 }
 
 /// Could `d` be chosen at all (not switched off, not ineligible)? Its breaker is asked by
-/// [`choose`].
+/// [`choose`]. Also the test behind the last-hop rule ([`later_hop_usable`]).
 fn member_usable(d: &Dest<'_>, input: &WalkInput<'_, '_>) -> bool {
     ineligible(d, input.request).is_none()
         && !input
