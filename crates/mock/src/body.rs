@@ -211,6 +211,15 @@ pub fn scripted(steps: Vec<Step>) -> MockBody {
     StreamBody::new(stream).boxed_unsync()
 }
 
+/// A whole (non-streamed) answer as its scripted ending asks: cut in half by `dropAfterChunks`,
+/// else all of it. Every dialect's success renderer uses this.
+pub fn whole_answer(bytes: Bytes, ending: &crate::engine::Ending) -> MockBody {
+    match ending {
+        crate::engine::Ending::DropAfter(_) => truncated(bytes),
+        _ => full(bytes),
+    }
+}
+
 /// Part of a non-streaming body, then a dead connection (`dropAfterChunks` on a non-stream request).
 pub fn truncated(whole: Bytes) -> MockBody {
     let half = whole.slice(..whole.len() / 2);

@@ -15,7 +15,7 @@ use super::{
     short_id, sse_event, with_retry_after, RenderContext,
 };
 use crate::body::{self, MockBody, StreamEncoder};
-use crate::engine::{Ending, MockError, RequestFacts, StreamError, Success, Usage};
+use crate::engine::{MockError, RequestFacts, StreamError, Success, Usage};
 
 const REQUEST_ID_HEADER: &str = "request-id";
 /// The in-stream error type when `streamErrorType` is not set.
@@ -58,10 +58,7 @@ pub(crate) fn invalid_request(message: String) -> MockError {
 /// it, then kills the connection.
 pub fn render_success(ctx: &RenderContext, success: &Success) -> Response<MockBody> {
     let bytes = Bytes::from(json_bytes(&message(ctx, success)));
-    let body = match success.ending {
-        Ending::DropAfter(_) => body::truncated(bytes),
-        _ => body::full(bytes),
-    };
+    let body = body::whole_answer(bytes, &success.ending);
     response(
         success.status,
         "application/json",

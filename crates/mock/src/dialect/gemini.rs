@@ -15,7 +15,7 @@ use super::{
     text_len, with_retry_after, Dialect, RenderContext, Route,
 };
 use crate::body::{self, MockBody, StreamEncoder};
-use crate::engine::{Ending, MockError, RequestFacts, StreamError, Success, Usage};
+use crate::engine::{MockError, RequestFacts, StreamError, Success, Usage};
 
 const REQUEST_ID_HEADER: &str = "x-request-id";
 /// The in-stream error status when `streamErrorType` is not set.
@@ -116,10 +116,7 @@ pub fn render_success(ctx: &RenderContext, success: &Success) -> Response<MockBo
     };
     let out = answer(ctx, vec![part], Some(finish_reason(success)), success.usage);
     let bytes = Bytes::from(json_bytes(&out));
-    let body = match success.ending {
-        Ending::DropAfter(_) => body::truncated(bytes),
-        _ => body::full(bytes),
-    };
+    let body = body::whole_answer(bytes, &success.ending);
     response(
         success.status,
         "application/json",

@@ -14,8 +14,7 @@ use super::{
 };
 use crate::body::{self, MockBody, StreamEncoder};
 use crate::engine::{
-    Ending, MockError, RequestFacts, StreamError, Success, ToolCall, Usage,
-    DEFAULT_STREAM_ERROR_TYPE,
+    MockError, RequestFacts, StreamError, Success, ToolCall, Usage, DEFAULT_STREAM_ERROR_TYPE,
 };
 
 pub(crate) const REQUEST_ID_HEADER: &str = "x-request-id";
@@ -103,10 +102,7 @@ pub fn render_success(ctx: &RenderContext, success: &Success) -> Response<MockBo
         service_tier: SERVICE_TIER,
     };
     let bytes = Bytes::from(json_bytes(&completion));
-    let body = match success.ending {
-        Ending::DropAfter(_) => body::truncated(bytes),
-        _ => body::full(bytes),
-    };
+    let body = body::whole_answer(bytes, &success.ending);
     response(
         success.status,
         "application/json",

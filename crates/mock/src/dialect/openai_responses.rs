@@ -17,7 +17,7 @@ use super::{
 };
 use crate::body::{self, MockBody, StreamEncoder};
 use crate::engine::{
-    Ending, MockError, RequestFacts, StreamError, Success, Usage, DEFAULT_STREAM_ERROR_TYPE,
+    MockError, RequestFacts, StreamError, Success, Usage, DEFAULT_STREAM_ERROR_TYPE,
 };
 
 const REQUEST_ID_HEADER: &str = "x-request-id";
@@ -62,10 +62,7 @@ pub fn render_success(ctx: &RenderContext, success: &Success) -> Response<MockBo
         Some(success.usage),
     );
     let bytes = Bytes::from(json_bytes(&body));
-    let body = match success.ending {
-        Ending::DropAfter(_) => body::truncated(bytes),
-        _ => body::full(bytes),
-    };
+    let body = body::whole_answer(bytes, &success.ending);
     response(
         success.status,
         "application/json",

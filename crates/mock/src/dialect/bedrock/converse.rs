@@ -14,7 +14,7 @@ use crate::body::{self, MockBody, StreamEncoder};
 use crate::dialect::{
     json_bytes, messages_chars, non_empty_array, raw_json, short_id, RenderContext,
 };
-use crate::engine::{Ending, MockError, RequestFacts, StreamError, Success, ToolCall, Usage};
+use crate::engine::{MockError, RequestFacts, StreamError, Success, ToolCall, Usage};
 
 /// The model id comes from the path, streaming from the operation; the body gives the prompt
 /// length (`messages[].content[].text`, `system[].text`) and `toolConfig.tools`.
@@ -64,10 +64,7 @@ pub fn render_success(ctx: &RenderContext, success: &Success) -> Response<MockBo
         },
     };
     let bytes = Bytes::from(json_bytes(&out));
-    let body = match success.ending {
-        Ending::DropAfter(_) => body::truncated(bytes),
-        _ => body::full(bytes),
-    };
+    let body = body::whole_answer(bytes, &success.ending);
     bedrock_response(success.status, "application/json", ctx, body)
 }
 

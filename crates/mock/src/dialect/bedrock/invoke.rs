@@ -17,7 +17,7 @@ use super::{
 use crate::body::{self, MockBody, StreamEncoder};
 use crate::dialect::anthropic::{self, Events, InvocationMetrics, StreamEvent};
 use crate::dialect::{json_bytes, non_empty_array, RenderContext};
-use crate::engine::{Ending, MockError, RequestFacts, StreamError, Success};
+use crate::engine::{MockError, RequestFacts, StreamError, Success};
 
 /// The model id comes from the path, streaming from the operation; the body gives the prompt
 /// length and `tools`. Any JSON body is accepted (no `anthropic_version` check).
@@ -45,10 +45,7 @@ pub fn parse_request(
 /// `-invocation-latency` headers. `dropAfterChunks` sends the first half, then kills the connection.
 pub fn render_success(ctx: &RenderContext, success: &Success) -> Response<MockBody> {
     let bytes = Bytes::from(json_bytes(&anthropic::message(ctx, success)));
-    let body = match success.ending {
-        Ending::DropAfter(_) => body::truncated(bytes),
-        _ => body::full(bytes),
-    };
+    let body = body::whole_answer(bytes, &success.ending);
     let mut res = bedrock_response(success.status, "application/json", ctx, body);
     let headers = res.headers_mut();
     for (name, value) in [
