@@ -323,7 +323,9 @@ pub fn default_route<'a>(cfg: &'a Config, model: &'a str, picker: &Picker) -> Op
 }
 
 /// A one-hop plan with the default triggers and no first-byte timeout (pinned and default routing).
-fn single_hop<'a>(
+/// A plan of one hop to one destination (a pin, default routing, or the embeddings destination
+/// of semantic lookup), with the default hop policy.
+pub fn single_hop<'a>(
     cfg: &'a Config,
     match_type: MatchType,
     target_index: usize,
