@@ -871,16 +871,23 @@ mod tests {
             sync_interval: Duration::from_secs(1),
         })
         .unwrap();
-        let store = Store::new(
-            &Cache::default(),
-            Some(Arc::new(redis)),
-            Arc::new(Metrics::new()),
-        );
+        let metrics = Arc::new(Metrics::new());
+        let store = Store::new(&Cache::default(), Some(Arc::new(redis)), metrics.clone());
         let extra = 10;
         for n in 0..(MIRROR_WRITES_IN_FLIGHT + extra) as u32 {
             assert!(store.put(key(n), answer("a")), "memory keeps every answer");
         }
         assert_eq!(store.mirror_writes_dropped(), extra as u64);
+        assert!(
+            metrics
+                .render()
+                .contains(&format!("sidetrack_cache_mirror_dropped_total {extra}\n")),
+            "exported as a metric"
+        );
+        // A vector shared meanwhile is kept locally; its Redis write is dropped and counted too.
+        store.share_vector(&key(1), Quantised(vec![1i8; 8].into_boxed_slice()));
+        assert_eq!(store.vectors().len(), 1);
+        assert_eq!(store.mirror_writes_dropped(), extra as u64 + 1);
         assert_eq!(store.len(), MIRROR_WRITES_IN_FLIGHT + extra);
         // A lookup against the silent Redis is a miss within the budget (not one budget per
         // write queued ahead of it), not an error.
@@ -891,6 +898,45 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
+    }
+
+    #[test]
+    fn stream_entries_are_read_from_an_xread_reply() {
+        use redis::Value;
+        let bulk = |b: &[u8]| Value::BulkString(b.to_vec());
+        let entry = |id: &str, k: u8| {
+            Value::Array(vec![
+                bulk(id.as_bytes()),
+                Value::Array(vec![
+                    bulk(b"o"),
+                    bulk(b"42"),
+                    bulk(b"p"),
+                    bulk(&[1; 32]),
+                    bulk(b"k"),
+                    bulk(&[k; 32]),
+                    bulk(b"v"),
+                    bulk(&[1, 255, 127]),
+                ]),
+            ])
+        };
+        let reply = Value::Array(vec![Value::Array(vec![
+            bulk(b"t:cache-vectors"),
+            Value::Array(vec![
+                entry("1-0", 2),
+                // A malformed entry still moves the read position on, with nothing to insert.
+                Value::Array(vec![bulk(b"2-0"), Value::Array(vec![bulk(b"k"), bulk(b"short")])]),
+                entry("3-0", 3),
+            ]),
+        ])]);
+        let got = stream_entries(reply);
+        assert_eq!(got.len(), 3);
+        assert_eq!((got[0].id.as_str(), got[0].origin), ("1-0", 42));
+        assert_eq!(got[0].exact, [2; 32]);
+        assert_eq!(got[0].partition, [1; 32]);
+        assert_eq!(&*got[0].vector.0, &[1i8, -1, 127]);
+        assert_eq!((got[1].id.as_str(), got[1].vector.dims()), ("2-0", 0));
+        assert_eq!(got[2].exact, [3; 32]);
+        assert!(stream_entries(Value::Nil).is_empty());
     }
 
     #[test]
