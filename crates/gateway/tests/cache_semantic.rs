@@ -78,7 +78,10 @@ fn text(r: &Reply) -> String {
 async fn wait_vectors(env: &Env, n: f64) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while env.metric("sidetrack_cache_vectors").await < n {
-        assert!(Instant::now() < deadline, "the index never held {n} vectors");
+        assert!(
+            Instant::now() < deadline,
+            "the index never held {n} vectors"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -168,7 +171,11 @@ async fn embeddings_down_leaves_the_store_exact_only_and_never_errs() {
     assert_eq!(env.metric("sidetrack_cache_vectors").await, 0.0);
     env.mock.set_behaviour("m-a", down());
     let r = ask(&env, STORED).await;
-    assert_eq!(r.header("x-sidetrack-cache"), Some("hit"), "exact still works");
+    assert_eq!(
+        r.header("x-sidetrack-cache"),
+        Some("hit"),
+        "exact still works"
+    );
     let r = ask(&env, NEAR).await;
     assert_eq!(r.status, 503, "the walk's error: {}", r.body);
     assert_eq!(r.header("x-sidetrack-cache"), None);

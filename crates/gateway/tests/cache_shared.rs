@@ -314,7 +314,11 @@ async fn a_question_stored_through_a_is_a_semantic_hit_on_b() {
         b.metric("sidetrack_cache_vectors").await == 1.0
     })
     .await;
-    assert_eq!(b.metric("sidetrack_cache_entries").await, 0.0, "B holds no answer yet");
+    assert_eq!(
+        b.metric("sidetrack_cache_entries").await,
+        0.0,
+        "B holds no answer yet"
+    );
 
     // 8 of the 9 words: B embeds it on its own mock, finds A's question, and brings A's answer
     // from Redis by its exact key.

@@ -255,7 +255,8 @@ async fn embed_walk(shared: &Shared, rt: &Runtime, sem: &Semantic, text: &str) -
     use http_body_util::BodyExt;
     let cfg = &*rt.config;
     let target = cfg.targets.iter().position(|t| t.name == sem.target)?;
-    let plan = crate::routing::single_hop(cfg, crate::routing::MatchType::Pinned, target, &sem.model);
+    let plan =
+        crate::routing::single_hop(cfg, crate::routing::MatchType::Pinned, target, &sem.model);
     let body = serde_json::to_vec(&serde_json::json!({"model": sem.model, "input": text})).ok()?;
     let request = Dialect::OpenAiEmbeddings
         .parse_request(Bytes::from(body), None, false)
@@ -279,7 +280,12 @@ async fn embed_walk(shared: &Shared, rt: &Runtime, sem: &Semantic, text: &str) -
     })
     .await;
     let returned = out.returned?;
-    if returned.fired || !returned.outcome.status().is_some_and(|s| (200..300).contains(&s)) {
+    if returned.fired
+        || !returned
+            .outcome
+            .status()
+            .is_some_and(|s| (200..300).contains(&s))
+    {
         return None;
     }
     let body = match returned.upstream? {

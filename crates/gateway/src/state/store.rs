@@ -391,7 +391,10 @@ impl Store {
             .semantic
             .as_ref()
             .map(|s| (s.target.clone(), s.model.clone()));
-        let mut current = self.embeddings.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut current = self
+            .embeddings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if *current != now {
             if current.is_some() {
                 self.vectors.clear();
@@ -924,7 +927,10 @@ mod tests {
             Value::Array(vec![
                 entry("1-0", 2),
                 // A malformed entry still moves the read position on, with nothing to insert.
-                Value::Array(vec![bulk(b"2-0"), Value::Array(vec![bulk(b"k"), bulk(b"short")])]),
+                Value::Array(vec![
+                    bulk(b"2-0"),
+                    Value::Array(vec![bulk(b"k"), bulk(b"short")]),
+                ]),
                 entry("3-0", 3),
             ]),
         ])]);

@@ -124,7 +124,11 @@ impl Partition {
         let mut code = vec![0u64; w];
         sign_code_i8(&q.0, &mut code);
         let sq: i64 = q.0.iter().map(|&x| i64::from(x) * i64::from(x)).sum();
-        let inv = if sq > 0 { 1.0 / (sq as f32).sqrt() } else { 0.0 };
+        let inv = if sq > 0 {
+            1.0 / (sq as f32).sqrt()
+        } else {
+            0.0
+        };
         let pw = self.prefix_words();
         if i == self.len() {
             self.keys.push(exact);
@@ -151,7 +155,8 @@ impl Partition {
         if i != last {
             let moved = self.keys[last];
             self.keys[i] = moved;
-            self.prefixes.copy_within(last * pw..(last + 1) * pw, i * pw);
+            self.prefixes
+                .copy_within(last * pw..(last + 1) * pw, i * pw);
             self.codes.copy_within(last * w..(last + 1) * w, i * w);
             self.vectors.copy_within(last * d..(last + 1) * d, i * d);
             self.inv_norms[i] = self.inv_norms[last];
@@ -284,7 +289,6 @@ fn sign_code_i8(v: &[i8], code: &mut [u64]) {
         }
     }
 }
-
 
 struct Inner {
     partitions: HashMap<[u8; 32], Partition>,
@@ -525,7 +529,7 @@ mod tests {
         let mut planted = Vec::new();
         for n in 0..5_000u32 {
             let v = rng.unit(DIMS);
-            if n % 500 == 0 {
+            if n.is_multiple_of(500) {
                 planted.push((n, v.clone()));
             }
             assert!(idx.insert(P, key(n), &Quantised::of(&v)));
@@ -572,12 +576,12 @@ mod tests {
         let vs: Vec<Vec<f32>> = (0..25).map(|_| rng.unit(DIMS)).collect();
         for (n, v) in vs.iter().enumerate() {
             // Spread over two partitions: the bound is over all of them.
-            let p = if n % 2 == 0 { P } else { [2; 32] };
+            let p = if n.is_multiple_of(2) { P } else { [2; 32] };
             idx.insert(p, key(n as u32), &Quantised::of(v));
             assert!(idx.len() <= 10);
         }
         assert_eq!(idx.len(), 10);
-        let p_of = |n: usize| if n % 2 == 0 { P } else { [2; 32] };
+        let p_of = |n: usize| if n.is_multiple_of(2) { P } else { [2; 32] };
         assert!(idx.nearest(&p_of(0), &vs[0], 0.99).is_empty(), "evicted");
         assert_eq!(idx.nearest(&p_of(24), &vs[24], 0.99)[0].0, key(24));
         // Removing (a stale entry) and replacing.
