@@ -239,3 +239,70 @@ async fn cache_off_makes_no_embedding_call() {
     assert_eq!(env.hits(EMB), 0);
     assert_eq!(env.metric("sidetrack_cache_vectors").await, 0.0);
 }
+
+#[tokio::test]
+async fn a_match_whose_answer_was_evicted_is_a_miss_and_leaves_the_index() {
+    // maxBytes lets the store hold one short answer beside nothing much else; the index (bounded
+    // by maxEntries) still holds the evicted answer's question until a lookup finds it.
+    let yaml = config("lastResort", 2000).replace(
+        "  mode: lastResort\n",
+        "  mode: lastResort\n  maxBytes: 1024\n",
+    );
+    let env = start(&yaml, MockConfig::default()).await;
+    env.mock.set_behaviour("m-a", reply("Paris."));
+    ask(&env, STORED).await;
+    wait_vectors(&env, 1.0).await;
+    env.mock.set_behaviour("m-a", reply(&"lava ".repeat(120)));
+    let r = ask(&env, FAR).await;
+    assert_eq!(r.status, 200);
+    wait_vectors(&env, 2.0).await;
+    assert_eq!(
+        env.metric("sidetrack_cache_entries").await,
+        1.0,
+        "the long answer evicted the first"
+    );
+    env.mock.set_behaviour("m-a", down());
+    let r = ask(&env, NEAR).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(r.header("x-sidetrack-cache"), None);
+    assert_eq!(lookups(&env, "lastResort", "miss").await, 1.0);
+    assert_eq!(
+        env.metric("sidetrack_cache_vectors").await,
+        1.0,
+        "the stale question was dropped"
+    );
+}
+
+#[tokio::test]
+async fn the_index_is_bounded_by_max_entries() {
+    let yaml = config("lastResort", 2000).replace(
+        "  mode: lastResort\n",
+        "  mode: lastResort\n  maxEntries: 1\n",
+    );
+    let env = start(&yaml, MockConfig::default()).await;
+    env.mock.set_behaviour("m-a", reply("Paris."));
+    ask(&env, STORED).await;
+    wait_vectors(&env, 1.0).await;
+    ask(&env, FAR).await;
+    env.mock.set_behaviour("m-a", down());
+    // Once the second question's vector is in (a near form of it hits)...
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = ask(&env, "how do volcanoes form under the oceans").await;
+        if r.header("x-sidetrack-cache") == Some("semantic-hit") {
+            break;
+        }
+        assert_eq!(r.status, 503, "{}", r.body);
+        assert!(
+            Instant::now() < deadline,
+            "the second question never matched"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // ...the index holds one question: the first one went when the second came.
+    assert_eq!(env.metric("sidetrack_cache_vectors").await, 1.0);
+    assert_eq!(env.metric("sidetrack_cache_entries").await, 1.0);
+    let r = ask(&env, NEAR).await;
+    assert_eq!(r.status, 503, "the first question is gone: {}", r.body);
+    assert_eq!(r.header("x-sidetrack-cache"), None);
+}

@@ -402,8 +402,13 @@ fn put(shared: &Arc<Shared>, key: StoreKey, answer: ChatResponse, question: Opti
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         return;
     };
+    // Bounded: a slow embeddings destination cannot pile up tasks (each also ends at the timeout).
+    let Some(slot) = shared.store.embedding_slot() else {
+        return;
+    };
     let shared = shared.clone();
     handle.spawn(async move {
+        let _slot = slot;
         let rt = shared.runtime.load_full();
         let Some(sem) = &rt.config.cache.semantic else {
             return;

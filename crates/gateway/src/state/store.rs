@@ -346,8 +346,12 @@ impl Drop for WriteSlot {
 
 /// How often a replica reads new entries of the shared vector stream.
 pub const VECTOR_TAIL_INTERVAL: Duration = Duration::from_millis(100);
-/// How many stream entries one read takes at most.
-const VECTOR_TAIL_BATCH: usize = 512;
+/// How many stream entries one read takes at most (about 100 KB at 1,536 dimensions: well within
+/// a read budget, so catching up on a long stream never makes Redis look down).
+const VECTOR_TAIL_BATCH: usize = 64;
+/// How many questions of stored answers may be embedding at once (per process); past it a
+/// question is not embedded (its answer is still stored for exact lookups).
+pub const EMBEDDINGS_IN_FLIGHT: usize = 64;
 
 /// The store: the memory tier, and the Redis mirror behind it with `state.redis`; the vector
 /// index of semantic lookup beside them.
@@ -360,6 +364,8 @@ pub struct Store {
     /// Whether the task that tails the shared vector stream runs.
     tailing: std::sync::atomic::AtomicBool,
     metrics: Arc<Metrics>,
+    /// Store-time embeddings under way ([`EMBEDDINGS_IN_FLIGHT`] at most).
+    embedding: Arc<AtomicUsize>,
 }
 
 impl Store {
@@ -377,6 +383,7 @@ impl Store {
             embeddings: Mutex::new(None),
             tailing: std::sync::atomic::AtomicBool::new(false),
             metrics,
+            embedding: Arc::new(AtomicUsize::new(0)),
         };
         store.configure(cache);
         store
@@ -403,9 +410,19 @@ impl Store {
         }
         drop(current);
         self.metrics.cache_vectors(self.vectors.len());
-        if cache.semantic.is_some() {
+        if cache.in_use && cache.semantic.is_some() {
             self.tail_vectors();
         }
+    }
+
+    /// A slot for one store-time embedding, or `None` when [`EMBEDDINGS_IN_FLIGHT`] are under
+    /// way already. The slot is given back when dropped.
+    pub fn embedding_slot(&self) -> Option<impl Drop + Send + 'static> {
+        if self.embedding.fetch_add(1, Ordering::AcqRel) >= EMBEDDINGS_IN_FLIGHT {
+            self.embedding.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(WriteSlot(self.embedding.clone()))
     }
 
     /// The vector index of semantic lookup.
@@ -463,9 +480,10 @@ impl Store {
         });
     }
 
-    /// With the mirror: starts (once) the task that reads the shared vector stream every
-    /// [`VECTOR_TAIL_INTERVAL`] from its beginning and inserts the other replicas' vectors into
-    /// this replica's index. It ends with the store. Redis down: it retries at the next tick.
+    /// With the mirror (`cache.semantic` set, some mode not `off`): starts, once, the task that
+    /// reads the shared vector stream every [`VECTOR_TAIL_INTERVAL`] from its beginning and
+    /// inserts the other replicas' vectors into this replica's index. It ends with the store.
+    /// Redis down: it retries at the next tick.
     fn tail_vectors(&self) {
         let Some(m) = &self.mirror else {
             return;
@@ -901,6 +919,17 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
+    }
+
+    #[test]
+    fn store_time_embeddings_are_bounded_and_slots_come_back() {
+        let store = Store::new(&Cache::default(), None, Arc::new(Metrics::new()));
+        let slots: Vec<_> = (0..EMBEDDINGS_IN_FLIGHT)
+            .map(|_| store.embedding_slot().unwrap())
+            .collect();
+        assert!(store.embedding_slot().is_none(), "the bound holds");
+        drop(slots);
+        assert!(store.embedding_slot().is_some(), "given back when dropped");
     }
 
     #[test]
