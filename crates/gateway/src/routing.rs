@@ -322,9 +322,8 @@ pub fn default_route<'a>(cfg: &'a Config, model: &'a str, picker: &Picker) -> Op
     Some(single_hop(cfg, MatchType::Default, target_index, model))
 }
 
-/// A one-hop plan with the default triggers and no first-byte timeout (pinned and default routing).
-/// A plan of one hop to one destination (a pin, default routing, or the embeddings destination
-/// of semantic lookup), with the default hop policy.
+/// A one-hop plan with the default triggers and no first-byte timeout (pinned and default routing,
+/// and the embeddings destination of semantic lookup).
 pub fn single_hop<'a>(
     cfg: &'a Config,
     match_type: MatchType,

@@ -224,6 +224,17 @@ async fn embeddings_slower_than_the_timeout_leave_the_store_exact_only() {
     assert_eq!(r.header("x-sidetrack-cache"), Some("hit"));
     assert_eq!(lookups(&env, "always", "semantic_hit").await, 0.0);
     assert_eq!(env.metric("sidetrack_cache_vectors").await, 0.0);
+    // Two lookups with embeddings each, and two stored answers embedded again in the background.
+    env.wait_hits(EMB, 4).await;
+    // A failed walk after a failed embedding: the lookup after the walk does not wait for a
+    // second embedding (a request waits for at most one).
+    env.mock.set_behaviour("m-a", down());
+    let started = Instant::now();
+    let r = ask(&env, FAR).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(started.elapsed() < Duration::from_millis(2000));
+    assert_eq!(env.hits(EMB), 5, "one embedding for this request");
+    assert_eq!(lookups(&env, "always", "miss").await, 4.0);
 }
 
 #[tokio::test]

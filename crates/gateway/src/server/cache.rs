@@ -53,6 +53,8 @@ pub(crate) struct CacheUse {
 pub(crate) struct Question {
     text: Box<str>,
     vector: Option<Arc<[f32]>>,
+    /// A lookup asked for the vector already (a request waits for at most one embedding).
+    asked: bool,
 }
 
 /// An answer from the store, and whether a near question (not the exact one) found it.
@@ -133,7 +135,13 @@ pub(super) fn prepare(
             Ok(req) => {
                 let key = StoreKey::of(Scope::of(cfg.cache.scope, principal), &parsed.model, &req);
                 let question = cfg.cache.semantic.as_ref().and_then(|_| {
-                    last_user_text(&req).map(|text| Box::new(Question { text, vector: None }))
+                    last_user_text(&req).map(|text| {
+                        Box::new(Question {
+                            text,
+                            vector: None,
+                            asked: false,
+                        })
+                    })
                 });
                 (Some(key), question)
             }
@@ -206,7 +214,9 @@ async fn semantic(
 ) -> Option<Arc<ChatResponse>> {
     let vector = match &q.vector {
         Some(v) => v.clone(),
+        None if q.asked => return None,
         None => {
+            q.asked = true;
             let v: Arc<[f32]> = embed(shared, rt, sem, &q.text).await?.into();
             q.vector = Some(v.clone());
             v
