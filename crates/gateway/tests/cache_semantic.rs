@@ -114,18 +114,31 @@ async fn last_resort_serves_a_near_question_and_not_a_dissimilar_one() {
     let rec = env.record(2).await;
     assert_eq!(rec.reason, "servedFromCache");
     assert_eq!(lookups(&env, "lastResort", "semantic_hit").await, 1.0);
+    // Streamed, and through the Anthropic endpoint: the same partition, rendered in the dialect.
+    let body = json!({"model": "m", "max_tokens": 64, "stream": true,
+                      "messages": [{"role": "user", "content": NEAR}]});
+    let r = env.post("/v1/chat/completions", body, &[]).await;
+    assert_eq!(r.header("x-sidetrack-cache"), Some("semantic-hit"));
+    assert_eq!(common::streamed_text(&r.body), "Paris.");
+    let body = json!({"model": "m", "max_tokens": 64,
+                      "messages": [{"role": "user", "content": [{"type": "text", "text": NEAR}]}]});
+    let r = env.post("/v1/messages", body, &[("x-api-key", "k")]).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("x-sidetrack-cache"), Some("semantic-hit"));
+    assert_eq!(r.json()["content"][0]["text"], "Paris.");
+    assert_eq!(lookups(&env, "lastResort", "semantic_hit").await, 3.0);
 
     // (b) dissimilar: a miss, the walk's own error.
     let r = ask(&env, FAR).await;
     assert_eq!(r.status, 503, "{}", r.body);
     assert_eq!(r.header("x-sidetrack-cache"), None);
-    assert_eq!(env.hits(EMB), 3);
+    assert_eq!(env.hits(EMB), 5);
     assert_eq!(lookups(&env, "lastResort", "miss").await, 1.0);
-    assert_eq!(lookups(&env, "lastResort", "semantic_hit").await, 1.0);
+    assert_eq!(lookups(&env, "lastResort", "semantic_hit").await, 3.0);
     // The exact question is still an exact hit (no embedding needed).
     let r = ask(&env, STORED).await;
     assert_eq!(r.header("x-sidetrack-cache"), Some("hit"));
-    assert_eq!(env.hits(EMB), 3);
+    assert_eq!(env.hits(EMB), 5);
 }
 
 #[tokio::test]

@@ -340,3 +340,32 @@ async fn a_question_stored_through_a_is_a_semantic_hit_on_b() {
     // A did not read its own vector back from the stream twice.
     assert_eq!(a.metric("sidetrack_cache_vectors").await, 1.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semantic_lookup_fails_open_when_redis_dies() {
+    let mut redis = Redis::start();
+    let p = prefix("semantic-outage");
+    let yaml = semantic_config(&redis.url(), &p);
+    let a = replica(&yaml, reply("Paris, from A.")).await;
+    let b = replica(&yaml, down()).await;
+    ask(&a, "please tell me the capital city of france today", false).await;
+    eventually("A's vector is in the shared stream", || async {
+        vector_stream_len(&redis.url(), &p).await == 1
+    })
+    .await;
+    redis.kill();
+    a.mock.set_behaviour("m-a", down());
+    // A's own question and answer are local: still a semantic hit, Redis dead.
+    let started = Instant::now();
+    let r = ask(&a, "please tell me the capital of france today", false).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("x-sidetrack-cache"), Some("semantic-hit"));
+    assert_eq!(text(&r), "Paris, from A.");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // B: whatever its index holds, the answer is in Redis only: the walk's own 503, no error of
+    // the store's.
+    let r = ask(&b, "please tell me the capital of france today", false).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.header("retry-after").is_some());
+    assert_eq!(r.header("x-sidetrack-cache"), None);
+}
