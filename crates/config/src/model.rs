@@ -109,7 +109,9 @@ impl Default for Cache {
     }
 }
 
-/// `cache.semantic` (SPEC §12): parsed and checked; not acted on yet.
+/// `cache.semantic` (SPEC §12): on an exact miss the last user turn is embedded through
+/// `target`/`model` within `embedding_timeout` and the nearest stored question of the same
+/// partition with cosine ≥ `similarity_threshold` answers (docs/cache.md, "Semantic lookup").
 #[derive(Debug, Clone, PartialEq)]
 pub struct Semantic {
     pub target: String,

@@ -364,6 +364,16 @@ fn write_cache(out: &mut String, cfg: &Config, rule: Option<&str>) {
     let _ = write!(out, "cache: {} — {what}", mode.as_str());
     if mode != CacheMode::Off {
         let _ = write!(out, "; scope {scope}, ttl {} ms", cfg.cache.ttl.as_millis());
+        if let Some(sem) = &cfg.cache.semantic {
+            let _ = write!(
+                out,
+                "; semantic: cosine ≥ {} via {}/{} within {} ms",
+                sem.similarity_threshold,
+                sem.target,
+                sem.model,
+                sem.embedding_timeout.as_millis()
+            );
+        }
     }
     let _ = writeln!(out, "  [{from}]");
 }
@@ -490,6 +500,16 @@ rules:
         let a = explain(&cfg, "gpt-4o", "team-a", "openai-chat");
         assert!(
             a.contains("cache: lastResort — answers are stored; one is served only when the walk ends without success; scope per principal, ttl 86400000 ms  [cache.mode]"),
+            "{a}"
+        );
+        let cfg = config(
+            "cache:\n  mode: always\n  semantic:\n    embeddings: { target: oa, model: emb }\n",
+        );
+        let a = explain(&cfg, "gpt-4o", "team-a", "openai-chat");
+        assert!(
+            a.contains(
+                "ttl 86400000 ms; semantic: cosine ≥ 0.95 via oa/emb within 300 ms  [cache.mode]"
+            ),
             "{a}"
         );
     }

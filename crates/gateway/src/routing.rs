@@ -322,8 +322,9 @@ pub fn default_route<'a>(cfg: &'a Config, model: &'a str, picker: &Picker) -> Op
     Some(single_hop(cfg, MatchType::Default, target_index, model))
 }
 
-/// A one-hop plan with the default triggers and no first-byte timeout (pinned and default routing).
-fn single_hop<'a>(
+/// A one-hop plan with the default triggers and no first-byte timeout (pinned and default routing,
+/// and the embeddings destination of semantic lookup).
+pub fn single_hop<'a>(
     cfg: &'a Config,
     match_type: MatchType,
     target_index: usize,

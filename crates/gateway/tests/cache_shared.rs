@@ -2,7 +2,9 @@
 //! `redis-server`: an answer stored through replica A is a `lastResort` hit on replica B when all
 //! of B's providers are down; must-show 4: Redis killed mid-run fails no request (walk results and
 //! local hits keep coming, `sidetrack_state_backend_up` goes 0), and once Redis is back the store
-//! writes again (a new answer stored through A is a hit on B).
+//! writes again (a new answer stored through A is a hit on B). Semantic lookup across replicas: a
+//! question stored through A is a `semantic-hit` on B for a differently worded question, through
+//! the shared vector stream.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -263,4 +265,107 @@ async fn a_redis_outage_fails_no_request_and_the_mirror_resumes_after() {
     })
     .await;
     assert_hit(&ask(&b, "after?", false).await, "after the outage");
+}
+
+/// Like [`config`], with `cache.semantic` through an embeddings target on each replica's mock.
+fn semantic_config(redis: &str, prefix: &str) -> String {
+    config(redis, prefix)
+        .replace(
+            "cache: { mode: lastResort, ttlMilliseconds: 600000 }",
+            "cache:\n  mode: lastResort\n  ttlMilliseconds: 600000\n  semantic:\n    \
+             embeddings: { target: emb, model: emb-1 }\n    similarityThreshold: 0.9\n    \
+             embeddingTimeoutMilliseconds: 2000",
+        )
+        .replace(
+            "targets:\n",
+            "targets:\n  - { name: emb, provider: openai, baseUrl: \"${MOCK}/v1\", models: [\"emb-*\"] }\n",
+        )
+}
+
+/// The entries of the shared vector stream under `prefix`.
+async fn vector_stream_len(redis: &str, prefix: &str) -> i64 {
+    let client = redis::Client::open(redis).unwrap();
+    let Ok(mut c) = client.get_multiplexed_async_connection().await else {
+        return 0;
+    };
+    redis::cmd("XLEN")
+        .arg(format!("{prefix}cache-vectors"))
+        .query_async(&mut c)
+        .await
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_stored_through_a_is_a_semantic_hit_on_b() {
+    let redis = Redis::start();
+    let p = prefix("semantic");
+    let yaml = semantic_config(&redis.url(), &p);
+    assert!(yaml.contains("semantic:"), "{yaml}");
+    let a = replica(&yaml, reply("Paris, from A.")).await;
+    let b = replica(&yaml, down()).await;
+
+    let r = ask(&a, "please tell me the capital city of france today", false).await;
+    assert_eq!((r.status, text(&r).as_str()), (200, "Paris, from A."));
+    eventually("A's vector is in the shared stream", || async {
+        vector_stream_len(&redis.url(), &p).await == 1
+    })
+    .await;
+    eventually("B read A's vector into its index", || async {
+        b.metric("sidetrack_cache_vectors").await == 1.0
+    })
+    .await;
+    assert_eq!(
+        b.metric("sidetrack_cache_entries").await,
+        0.0,
+        "B holds no answer yet"
+    );
+
+    // 8 of the 9 words: B embeds it on its own mock, finds A's question, and brings A's answer
+    // from Redis by its exact key.
+    let r = ask(&b, "please tell me the capital of france today", false).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("x-sidetrack-cache"), Some("semantic-hit"));
+    assert_eq!(text(&r), "Paris, from A.");
+    assert_eq!(b.hits("m-a"), 1, "B's walk ran first (lastResort)");
+    assert_eq!(b.hits("emb-1"), 1, "B embedded the question once");
+    assert_eq!(
+        b.metric(r#"sidetrack_cache_lookups_total{mode="lastResort",result="semantic_hit"}"#)
+            .await,
+        1.0
+    );
+    // A dissimilar question on B is the walk's 503.
+    let r = ask(&b, "how do volcanoes form under oceans", false).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(r.header("x-sidetrack-cache"), None);
+    // A did not read its own vector back from the stream twice.
+    assert_eq!(a.metric("sidetrack_cache_vectors").await, 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semantic_lookup_fails_open_when_redis_dies() {
+    let mut redis = Redis::start();
+    let p = prefix("semantic-outage");
+    let yaml = semantic_config(&redis.url(), &p);
+    let a = replica(&yaml, reply("Paris, from A.")).await;
+    let b = replica(&yaml, down()).await;
+    ask(&a, "please tell me the capital city of france today", false).await;
+    eventually("A's vector is in the shared stream", || async {
+        vector_stream_len(&redis.url(), &p).await == 1
+    })
+    .await;
+    redis.kill();
+    a.mock.set_behaviour("m-a", down());
+    // A's own question and answer are local: still a semantic hit, Redis dead.
+    let started = Instant::now();
+    let r = ask(&a, "please tell me the capital of france today", false).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("x-sidetrack-cache"), Some("semantic-hit"));
+    assert_eq!(text(&r), "Paris, from A.");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // B: whatever its index holds, the answer is in Redis only: the walk's own 503, no error of
+    // the store's.
+    let r = ask(&b, "please tell me the capital of france today", false).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.header("retry-after").is_some());
+    assert_eq!(r.header("x-sidetrack-cache"), None);
 }

@@ -72,9 +72,12 @@ pub mod names {
     pub const CACHE_LOOKUPS_TOTAL: &str = "sidetrack_cache_lookups_total";
     /// SPEC §12 (a plain gauge: always exposed, unlike the labelled families).
     pub const CACHE_ENTRIES: &str = "sidetrack_cache_entries";
+    pub const CACHE_MIRROR_DROPPED_TOTAL: &str = "sidetrack_cache_mirror_dropped_total";
+    /// A plain gauge too: the entries of this replica's semantic vector index.
+    pub const CACHE_VECTORS: &str = "sidetrack_cache_vectors";
 
     /// Every name above, in registration order.
-    pub const ALL: [&str; 21] = [
+    pub const ALL: [&str; 23] = [
         REQUESTS_TOTAL,
         ATTEMPTS_TOTAL,
         FALLBACKS_TOTAL,
@@ -96,6 +99,8 @@ pub mod names {
         UPSTREAM_RESPONSES_TOTAL,
         CACHE_LOOKUPS_TOTAL,
         CACHE_ENTRIES,
+        CACHE_MIRROR_DROPPED_TOTAL,
+        CACHE_VECTORS,
     ];
 }
 
@@ -484,6 +489,10 @@ pub struct Metrics {
     /// SPEC §12: response store lookups by mode and result, and the entries it holds.
     cache_lookups: Family<CacheLabels, Counter>,
     cache_entries: Gauge,
+    /// Writes to the Redis mirror of the response store dropped because too many were in flight.
+    cache_mirror_dropped: Counter,
+    /// Entries of the semantic vector index (this replica's, its own and those read from Redis).
+    cache_vectors: Gauge,
     /// 1 while the shared state store (Redis) answers within its budget, 0 while serving on local
     /// state (SPEC §10). Set to 1 at start when a store is configured.
     state_backend_up: Gauge,
@@ -536,6 +545,8 @@ impl Metrics {
             upstream_responses: Family::default(),
             cache_lookups: Family::default(),
             cache_entries: Gauge::default(),
+            cache_mirror_dropped: Counter::default(),
+            cache_vectors: Gauge::default(),
             state_backend_up: Gauge::default(),
             routing_log_dropped: log.dropped(),
             idempotent_replays: Counter::default(),
@@ -670,6 +681,16 @@ impl Metrics {
             "Answers held by this process's response store",
             self.cache_entries.clone(),
         );
+        r.register(
+            "cache_mirror_dropped",
+            "Response store writes to Redis (answers and semantic vectors) dropped because too many were in flight",
+            self.cache_mirror_dropped.clone(),
+        );
+        r.register(
+            "cache_vectors",
+            "Questions held by this process's semantic vector index (its own and other replicas')",
+            self.cache_vectors.clone(),
+        );
         self
     }
 
@@ -678,6 +699,16 @@ impl Metrics {
         self.cache_lookups
             .get_or_create(&CacheLabels { mode, result })
             .inc();
+    }
+
+    /// One response store write to Redis dropped (too many in flight).
+    pub fn cache_mirror_dropped(&self) {
+        self.cache_mirror_dropped.inc();
+    }
+
+    /// The semantic vector index's entry count.
+    pub fn cache_vectors(&self, n: usize) {
+        self.cache_vectors.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// The response store's entry count.

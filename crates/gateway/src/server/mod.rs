@@ -376,11 +376,14 @@ async fn route_walk_commit(
     ctx.match_type = Some(plan.match_type.as_str());
     // the response store (SPEC §12): `always` answers a hit before the walk
     ctx.cache = cache::prepare(&rt.config, plan.rule, &principal.name, parsed, headers);
-    if let Some(key) = cache::mirror_wanted(shared, ctx.cache.as_deref(), None) {
-        cache::fill_from_mirror(shared, key).await;
-    }
-    if let Some(hit) = ctx.cached_before_walk() {
-        return ctx.served_from_cache(&hit, engine::WalkOutput::default());
+    if let Some(c) = ctx.cache.as_deref_mut() {
+        if c.mode == sidetrack_config::CacheMode::Always {
+            // Boxed: the embeddings walk and the Redis call make this future large, and only
+            // requests that look pay for it.
+            if let Some(hit) = Box::pin(cache::lookup(shared, rt, c)).await {
+                return ctx.served_from_cache(&hit, engine::WalkOutput::default());
+            }
+        }
     }
     let out = engine::walk(WalkInput {
         plan: &plan,
@@ -399,8 +402,13 @@ async fn route_walk_commit(
         fallback_off,
     })
     .await;
-    if let Some(key) = cache::mirror_wanted(shared, ctx.cache.as_deref(), Some(&out)) {
-        cache::fill_from_mirror(shared, key).await;
+    // A walk that ended without success (not a caller's 400) falls through to the store.
+    if let Some(c) = ctx.cache.as_deref_mut() {
+        if cache::walk_failed(&out) {
+            if let Some(hit) = Box::pin(cache::lookup(shared, rt, c)).await {
+                return ctx.served_from_cache(&hit, out);
+            }
+        }
     }
     ctx.commit(out, &rt.secrets)
 }

@@ -7,7 +7,6 @@ use axum::body::Body;
 use axum::response::Response;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use sidetrack_config::{CallerRetryHint, Server};
-use sidetrack_dialects::canonical::ChatResponse;
 use sidetrack_dialects::{Dialect, GatewayErrorKind};
 use sidetrack_resilience::{retry, walk, ErrorKind, Outcome};
 use tokio::time::Instant;
@@ -237,14 +236,8 @@ impl RequestCtx {
     /// `secrets`: the credentials of the config the request ran under, redacted from upstream
     /// error messages.
     pub fn commit(mut self, mut out: WalkOutput, secrets: &boundary::Secrets) -> Response {
-        // SPEC §12: a walk that ended without success (not a caller's 400) falls through to the
-        // response store.
-        // One test when the request does not use the store.
-        if self.cache.is_some() && super::cache::walk_failed(&out) {
-            if let Some(hit) = self.cached_answer() {
-                return self.served_from_cache(&hit, out);
-            }
-        }
+        // SPEC §12: a walk that ended without success was looked up in the response store before
+        // this (see `route_walk_commit`).
         let attempts = out.attempts.len();
         let hint = Hint::of(&out);
         if out.deadline_exceeded {
@@ -306,23 +299,13 @@ impl RequestCtx {
         }
     }
 
-    /// The stored answer to this request, if it uses the store and one is there.
-    pub(crate) fn cached_answer(&self) -> Option<Arc<ChatResponse>> {
-        super::cache::lookup(&self.shared, self.cache.as_deref()?)
-    }
-
-    /// `always`: the stored answer before the walk, if any (no upstream call then).
-    pub(crate) fn cached_before_walk(&self) -> Option<Arc<ChatResponse>> {
-        let cache = self.cache.as_deref()?;
-        if cache.mode != sidetrack_config::CacheMode::Always {
-            return None;
-        }
-        super::cache::lookup(&self.shared, cache)
-    }
-
     /// A 200 from the response store in the caller's dialect (streamed when the caller asked for
     /// a stream), reason `servedFromCache`. `out`: the walk that ran before, if one did.
-    pub(crate) fn served_from_cache(mut self, hit: &ChatResponse, out: WalkOutput) -> Response {
+    pub(crate) fn served_from_cache(
+        mut self,
+        hit: &super::cache::Hit,
+        out: WalkOutput,
+    ) -> Response {
         let stream_usage = self.cache.take().is_some_and(|c| c.stream_usage());
         let mut resp = super::cache::hit_response(hit, self.dialect, self.streamed, stream_usage);
         if self.headers_on {
@@ -539,7 +522,7 @@ impl RequestCtx {
         self.finished = true;
         let cache = self.cache.take().filter(|_| resp.status().is_success());
         let finish = Finish {
-            cache: cache.and_then(|c| c.collecting(self.dialect, pipe.is_some())),
+            cache: cache.and_then(|mut c| c.collecting(self.dialect, pipe.is_some())),
             shared: self.shared.clone(),
             started: self.started,
             trace_start: self.trace_start,

@@ -9,6 +9,7 @@
 //! - [`clock`]: the clock breakers read (a manual one in tests).
 //!
 //! - [`store`]: the response store (SPEC §12): complete answers, LRU in memory.
+//! - [`vectors`]: the vector index of semantic lookup (SPEC §12).
 
 pub mod breakers;
 pub mod clock;
@@ -16,6 +17,7 @@ pub mod idempotency;
 pub mod limits;
 pub mod redis;
 pub mod store;
+pub mod vectors;
 
 pub use breakers::{Admit, DestHealth, Health, ProbeGuard, Verdict};
 pub use clock::Clock;

@@ -209,6 +209,11 @@ impl RedisState {
         format!("{}cache:{}", self.prefix, hex)
     }
 
+    /// The stream semantic vectors are shared through (SPEC §12).
+    pub fn vectors_key(&self) -> String {
+        format!("{}cache-vectors", self.prefix)
+    }
+
     pub fn breaker_key(&self, target: &str, model: &str) -> String {
         format!("{}breaker:{}\u{1f}{}", self.prefix, target, model)
     }

@@ -3,10 +3,12 @@
 //!
 //! Exact keys are held in process memory (an LRU bounded by entries and by bytes, with a time to
 //! live) and, with `state.redis`, mirrored to Redis so every replica can serve every replica's
-//! answers (fail-open). Two seams are left for what comes next:
+//! answers (fail-open).
 //! - [`StoreKey::partition`] hashes what a semantic match must share exactly (scope, model,
-//!   system prompt, tools, tool choice, output schema): a vector index attaches its entries to a
-//!   partition and maps a near match to an exact [`StoreKey`].
+//!   system prompt, tools, tool choice, output schema): the vector index
+//!   ([`crate::state::vectors`]) keeps its entries per partition and maps a near match to an
+//!   exact [`StoreKey`]. With the mirror, every vector is also appended to a capped Redis stream
+//!   that every replica tails into its own index ([`Store::share_vector`]).
 //! - [`Tier`] is what a synchronous backend offers; the Redis mirror sits behind the memory one.
 
 use std::collections::{BTreeMap, HashMap};
@@ -21,6 +23,7 @@ use sidetrack_dialects::canonical::{ChatRequest, ChatResponse, Part};
 
 use crate::observe::metrics::Metrics;
 use crate::state::redis::RedisState;
+use crate::state::vectors::{Quantised, VectorIndex};
 
 /// Whose answers a key belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -341,29 +344,206 @@ impl Drop for WriteSlot {
     }
 }
 
-/// The store: the memory tier, and the Redis mirror behind it with `state.redis`.
+/// How often a replica reads new entries of the shared vector stream.
+pub const VECTOR_TAIL_INTERVAL: Duration = Duration::from_millis(100);
+/// How many stream entries one read takes at most (about 100 KB at 1,536 dimensions: well within
+/// a read budget, so catching up on a long stream never makes Redis look down).
+const VECTOR_TAIL_BATCH: usize = 64;
+/// How many questions of stored answers may be embedding at once (per process); past it a
+/// question is not embedded (its answer is still stored for exact lookups).
+pub const EMBEDDINGS_IN_FLIGHT: usize = 64;
+
+/// The store: the memory tier, and the Redis mirror behind it with `state.redis`; the vector
+/// index of semantic lookup beside them.
 pub struct Store {
     memory: MemoryTier,
     mirror: Option<Mirror>,
+    vectors: Arc<VectorIndex>,
+    /// The embeddings destination the index's vectors came from (a change empties the index).
+    embeddings: Mutex<Option<(String, String)>>,
+    /// Whether the task that tails the shared vector stream runs.
+    tailing: std::sync::atomic::AtomicBool,
+    metrics: Arc<Metrics>,
+    /// Store-time embeddings under way ([`EMBEDDINGS_IN_FLIGHT`] at most).
+    embedding: Arc<AtomicUsize>,
 }
 
 impl Store {
     /// `redis`: the shared state store (`state.redis`), when there is one.
     pub fn new(cache: &Cache, redis: Option<Arc<RedisState>>, metrics: Arc<Metrics>) -> Store {
-        Store {
+        let store = Store {
             memory: MemoryTier::new(Bounds::of(cache)),
             mirror: redis.map(|redis| Mirror {
                 redis,
-                metrics,
+                metrics: metrics.clone(),
                 in_flight: Arc::new(AtomicUsize::new(0)),
                 dropped: AtomicU64::new(0),
             }),
+            vectors: Arc::new(VectorIndex::new(cache.max_entries)),
+            embeddings: Mutex::new(None),
+            tailing: std::sync::atomic::AtomicBool::new(false),
+            metrics,
+            embedding: Arc::new(AtomicUsize::new(0)),
+        };
+        store.configure(cache);
+        store
+    }
+
+    /// Follows a reloaded config's bounds (the vector index's too). A new embeddings destination
+    /// empties the index: vectors of another model are not comparable.
+    pub fn configure(&self, cache: &Cache) {
+        self.memory.set_bounds(Bounds::of(cache));
+        self.vectors.set_capacity(cache.max_entries);
+        let now = cache
+            .semantic
+            .as_ref()
+            .map(|s| (s.target.clone(), s.model.clone()));
+        let mut current = self
+            .embeddings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if *current != now {
+            if current.is_some() {
+                self.vectors.clear();
+            }
+            *current = now;
+        }
+        drop(current);
+        self.metrics.cache_vectors(self.vectors.len());
+        if cache.in_use && cache.semantic.is_some() {
+            self.tail_vectors();
         }
     }
 
-    /// Follows a reloaded config's bounds.
-    pub fn configure(&self, cache: &Cache) {
-        self.memory.set_bounds(Bounds::of(cache));
+    /// A slot for one store-time embedding, or `None` when [`EMBEDDINGS_IN_FLIGHT`] are under
+    /// way already. The slot is given back when dropped.
+    pub fn embedding_slot(&self) -> Option<impl Drop + Send + 'static> {
+        if self.embedding.fetch_add(1, Ordering::AcqRel) >= EMBEDDINGS_IN_FLIGHT {
+            self.embedding.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(WriteSlot(self.embedding.clone()))
+    }
+
+    /// The vector index of semantic lookup.
+    pub fn vectors(&self) -> &VectorIndex {
+        &self.vectors
+    }
+
+    /// Keeps `exact`'s question vector in this replica's index and, with the mirror, appends it
+    /// to the shared stream `{keyPrefix}cache-vectors` (capped near `maxEntries` entries) in the
+    /// background, for the other replicas (fail-open, bounded like the answer writes).
+    pub fn share_vector(&self, key: &StoreKey, q: Quantised) {
+        self.vectors.insert(key.partition, key.exact, &q);
+        self.metrics.cache_vectors(self.vectors.len());
+        let Some(m) = &self.mirror else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if m.in_flight.fetch_add(1, Ordering::AcqRel) >= MIRROR_WRITES_IN_FLIGHT {
+            m.in_flight.fetch_sub(1, Ordering::AcqRel);
+            m.dropped.fetch_add(1, Ordering::Relaxed);
+            m.metrics.cache_mirror_dropped();
+            return;
+        }
+        let slot = WriteSlot(m.in_flight.clone());
+        let cap = self.memory.lock().bounds.max_entries;
+        let (redis, metrics) = (m.redis.clone(), m.metrics.clone());
+        let (partition, exact) = (key.partition, key.exact);
+        rt.spawn(async move {
+            let _slot = slot;
+            let k = redis.vectors_key();
+            let origin = redis.origin;
+            let _ = redis
+                .call(|mut c| async move {
+                    redis::cmd("XADD")
+                        .arg(k)
+                        .arg("MAXLEN")
+                        .arg("~")
+                        .arg(cap)
+                        .arg("*")
+                        .arg("o")
+                        .arg(origin)
+                        .arg("p")
+                        .arg(&partition[..])
+                        .arg("k")
+                        .arg(&exact[..])
+                        .arg("v")
+                        .arg(q.to_bytes())
+                        .query_async::<redis::Value>(&mut c)
+                        .await
+                })
+                .await;
+            metrics.state_backend_up(redis.is_up());
+        });
+    }
+
+    /// With the mirror (`cache.semantic` set, some mode not `off`): starts, once, the task that
+    /// reads the shared vector stream every [`VECTOR_TAIL_INTERVAL`] from its beginning and
+    /// inserts the other replicas' vectors into this replica's index. It ends with the store.
+    /// Redis down: it retries at the next tick.
+    fn tail_vectors(&self) {
+        let Some(m) = &self.mirror else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.tailing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let index = Arc::downgrade(&self.vectors);
+        let (redis, metrics) = (m.redis.clone(), m.metrics.clone());
+        rt.spawn(async move {
+            let mut last = String::from("0-0");
+            let mut tick = tokio::time::interval(VECTOR_TAIL_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if index.strong_count() == 0 {
+                    return;
+                }
+                // Reads until the stream has nothing newer (a replica starting late catches up).
+                loop {
+                    let (k, from) = (redis.vectors_key(), last.clone());
+                    let got = redis
+                        .call(|mut c| async move {
+                            redis::cmd("XREAD")
+                                .arg("COUNT")
+                                .arg(VECTOR_TAIL_BATCH)
+                                .arg("STREAMS")
+                                .arg(k)
+                                .arg(from)
+                                .query_async::<redis::Value>(&mut c)
+                                .await
+                        })
+                        .await;
+                    metrics.state_backend_up(redis.is_up());
+                    let Ok(reply) = got else {
+                        break;
+                    };
+                    let Some(index) = index.upgrade() else {
+                        return;
+                    };
+                    let entries = stream_entries(reply);
+                    let n = entries.len();
+                    for e in entries {
+                        last = e.id;
+                        if e.origin != redis.origin {
+                            index.insert(e.partition, e.exact, &e.vector);
+                        }
+                    }
+                    if n > 0 {
+                        metrics.cache_vectors(index.len());
+                    }
+                    if n < VECTOR_TAIL_BATCH {
+                        break;
+                    }
+                }
+            }
+        });
     }
 
     pub fn get(&self, key: &StoreKey) -> Option<Arc<ChatResponse>> {
@@ -373,6 +553,12 @@ impl Store {
     /// Is there a mirror to look into?
     pub fn mirrored(&self) -> bool {
         self.mirror.is_some()
+    }
+
+    /// No mirror, or Redis answering: a key missing here is really gone (a semantic match on
+    /// it is stale and can be dropped from the index).
+    pub fn authoritative(&self) -> bool {
+        self.mirror.as_ref().is_none_or(|m| m.redis.is_up())
     }
 
     /// After a memory miss: looks the key up in the mirror (within the state budget) and, on a
@@ -424,6 +610,7 @@ impl Store {
         if m.in_flight.fetch_add(1, Ordering::AcqRel) >= MIRROR_WRITES_IN_FLIGHT {
             m.in_flight.fetch_sub(1, Ordering::AcqRel);
             m.dropped.fetch_add(1, Ordering::Relaxed);
+            m.metrics.cache_mirror_dropped();
             return;
         }
         let slot = WriteSlot(m.in_flight.clone());
@@ -469,6 +656,86 @@ impl Store {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// One entry of the shared vector stream.
+struct StreamEntry {
+    id: String,
+    origin: u64,
+    partition: [u8; 32],
+    exact: [u8; 32],
+    vector: Quantised,
+}
+
+/// The entries of an `XREAD` reply on one stream (malformed entries are skipped).
+fn stream_entries(reply: redis::Value) -> Vec<StreamEntry> {
+    use redis::Value;
+    fn items(v: Value) -> Vec<Value> {
+        match v {
+            Value::Array(a) => a,
+            // RESP3 answers XREAD with a map of stream → entries.
+            Value::Map(m) => m.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+            _ => Vec::new(),
+        }
+    }
+    fn bytes(v: &Value) -> Option<&[u8]> {
+        match v {
+            Value::BulkString(b) => Some(b),
+            Value::SimpleString(s) => Some(s.as_bytes()),
+            _ => None,
+        }
+    }
+    let mut out = Vec::new();
+    // [[stream, [[id, [field, value, ...]], ...]]] (or the RESP3 map).
+    let mut streams = items(reply);
+    let entries = match streams.len() {
+        0 => return out,
+        1 => items(streams.pop().unwrap_or(Value::Nil)).pop(),
+        _ => streams.pop(),
+    };
+    for entry in entries.map(items).unwrap_or_default() {
+        let mut e = items(entry).into_iter();
+        let (Some(id), Some(fields)) = (e.next(), e.next()) else {
+            continue;
+        };
+        let Some(id) = bytes(&id).and_then(|b| std::str::from_utf8(b).ok().map(str::to_owned))
+        else {
+            continue;
+        };
+        let fields = items(fields);
+        let (mut origin, mut partition, mut exact, mut vector) = (None, None, None, None);
+        for pair in fields.chunks_exact(2) {
+            let (Some(name), Some(value)) = (bytes(&pair[0]), bytes(&pair[1])) else {
+                continue;
+            };
+            match name {
+                b"o" => origin = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok()),
+                b"p" => partition = <[u8; 32]>::try_from(value).ok(),
+                b"k" => exact = <[u8; 32]>::try_from(value).ok(),
+                b"v" => vector = Some(Quantised::from_bytes(value)),
+                _ => {}
+            }
+        }
+        let skip = StreamEntry {
+            id: id.clone(),
+            origin: 0,
+            partition: [0; 32],
+            exact: [0; 32],
+            vector: Quantised(Box::new([])),
+        };
+        out.push(match (origin, partition, exact, vector) {
+            (Some(origin), Some(partition), Some(exact), Some(vector)) => StreamEntry {
+                id,
+                origin,
+                partition,
+                exact,
+                vector,
+            },
+            // Still advances the read position; an empty vector is never inserted.
+            _ => skip,
+        });
+    }
+    out
 }
 
 #[cfg(test)]
@@ -625,16 +892,23 @@ mod tests {
             sync_interval: Duration::from_secs(1),
         })
         .unwrap();
-        let store = Store::new(
-            &Cache::default(),
-            Some(Arc::new(redis)),
-            Arc::new(Metrics::new()),
-        );
+        let metrics = Arc::new(Metrics::new());
+        let store = Store::new(&Cache::default(), Some(Arc::new(redis)), metrics.clone());
         let extra = 10;
         for n in 0..(MIRROR_WRITES_IN_FLIGHT + extra) as u32 {
             assert!(store.put(key(n), answer("a")), "memory keeps every answer");
         }
         assert_eq!(store.mirror_writes_dropped(), extra as u64);
+        assert!(
+            metrics
+                .render()
+                .contains(&format!("sidetrack_cache_mirror_dropped_total {extra}\n")),
+            "exported as a metric"
+        );
+        // A vector shared meanwhile is kept locally; its Redis write is dropped and counted too.
+        store.share_vector(&key(1), Quantised(vec![1i8; 8].into_boxed_slice()));
+        assert_eq!(store.vectors().len(), 1);
+        assert_eq!(store.mirror_writes_dropped(), extra as u64 + 1);
         assert_eq!(store.len(), MIRROR_WRITES_IN_FLIGHT + extra);
         // A lookup against the silent Redis is a miss within the budget (not one budget per
         // write queued ahead of it), not an error.
@@ -645,6 +919,59 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
+    }
+
+    #[test]
+    fn store_time_embeddings_are_bounded_and_slots_come_back() {
+        let store = Store::new(&Cache::default(), None, Arc::new(Metrics::new()));
+        let slots: Vec<_> = (0..EMBEDDINGS_IN_FLIGHT)
+            .map(|_| store.embedding_slot().unwrap())
+            .collect();
+        assert!(store.embedding_slot().is_none(), "the bound holds");
+        drop(slots);
+        assert!(store.embedding_slot().is_some(), "given back when dropped");
+    }
+
+    #[test]
+    fn stream_entries_are_read_from_an_xread_reply() {
+        use redis::Value;
+        let bulk = |b: &[u8]| Value::BulkString(b.to_vec());
+        let entry = |id: &str, k: u8| {
+            Value::Array(vec![
+                bulk(id.as_bytes()),
+                Value::Array(vec![
+                    bulk(b"o"),
+                    bulk(b"42"),
+                    bulk(b"p"),
+                    bulk(&[1; 32]),
+                    bulk(b"k"),
+                    bulk(&[k; 32]),
+                    bulk(b"v"),
+                    bulk(&[1, 255, 127]),
+                ]),
+            ])
+        };
+        let reply = Value::Array(vec![Value::Array(vec![
+            bulk(b"t:cache-vectors"),
+            Value::Array(vec![
+                entry("1-0", 2),
+                // A malformed entry still moves the read position on, with nothing to insert.
+                Value::Array(vec![
+                    bulk(b"2-0"),
+                    Value::Array(vec![bulk(b"k"), bulk(b"short")]),
+                ]),
+                entry("3-0", 3),
+            ]),
+        ])]);
+        let got = stream_entries(reply);
+        assert_eq!(got.len(), 3);
+        assert_eq!((got[0].id.as_str(), got[0].origin), ("1-0", 42));
+        assert_eq!(got[0].exact, [2; 32]);
+        assert_eq!(got[0].partition, [1; 32]);
+        assert_eq!(&*got[0].vector.0, &[1i8, -1, 127]);
+        assert_eq!((got[1].id.as_str(), got[1].vector.dims()), ("2-0", 0));
+        assert_eq!(got[2].exact, [3; 32]);
+        assert!(stream_entries(Value::Nil).is_empty());
     }
 
     #[test]
