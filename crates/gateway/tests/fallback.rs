@@ -219,12 +219,13 @@ async fn without_a_first_byte_timeout_the_caller_waits_for_the_primary() {
 async fn openai_sdk_stream_falls_back_on_first_byte_timeout() {
     let yaml = with_rules(&STALL_RULE.replace("TIMEOUT", "firstByteTimeoutMilliseconds: 50"));
     let env = start(&yaml, behaviours(&[("m-slow", stalled(10_000))])).await;
-    let t0 = Instant::now();
     let out = run_sdk("openai_chat.py", &["stream", &env.gw.base_url(), "ask"]).await;
-    assert!(t0.elapsed() < Duration::from_secs(5));
     assert_eq!(out["error"], serde_json::Value::Null, "{out}");
     assert_eq!(out["text"], "hello from m-fast");
     let rec = env.record(1).await;
+    // The gateway's own time, not the wall clock around the SDK process (whose start-up on a
+    // loaded CI machine took over 5 s): far below the primary's 10 s stall.
+    assert!(rec.latency_ms < 5_000.0, "{}", rec.latency_ms);
     assert!(rec.streamed);
     assert_eq!(Env::route(&rec), ["up/m-slow", "up/m-fast"]);
     assert_eq!(rec.reason, "servedViaFallbackHop:1");
@@ -474,7 +475,14 @@ async fn priority_groups_rotate_members_and_fall_to_the_next_group() {
         - destinations: [ { target: up, model: m-g1a }, { target: up, model: m-g1b } ]
         - destinations: [ { target: up, model: m-g2 } ]
 "#;
-    let env = start(&with_rules(rules), behaviours(&[("m-g1b", status(503))])).await;
+    // The breaker is held closed: how often P2C picks the failing member varies from run to run,
+    // and a fifth failure would open its breaker, so the last request would skip the member
+    // (its route then [g1a, g2]) instead of trying it; this test is about the rotation.
+    let yaml = with_rules(rules).replace(
+        "models: [\"m-*\"]",
+        "models: [\"m-*\"]\n    circuitBreaker: { consecutiveFailures: 1000000 }",
+    );
+    let env = start(&yaml, behaviours(&[("m-g1b", status(503))])).await;
     for _ in 0..40 {
         assert_eq!(env.chat("fast", false).await.status, 200);
     }
