@@ -830,8 +830,8 @@ fn dom_counters(b: &mut Browser, session: &str) -> (u64, u64) {
 }
 
 /// Asks the page for three readings from refresh `from` on, waits for them and returns the one
-/// with the least heap (the other two only damp collection noise).
-fn heap_reading(b: &mut Browser, session: &str, from: u64) -> Reading {
+/// with the least heap (the other two only damp collection noise), and all three for the log.
+fn heap_reading(b: &mut Browser, session: &str, from: u64) -> (Reading, String) {
     b.eval(
         session,
         &format!("window.__readings = []; window.__heapFrom = {from}; 1"),
@@ -848,11 +848,12 @@ fn heap_reading(b: &mut Browser, session: &str, from: u64) -> Reading {
         readings = serde_json::from_value(b.eval(session, "window.__readings")).unwrap();
     }
     b.eval(session, "window.__heapFrom = 0; 1");
-    println!("heap readings from refresh {from}: {readings:?}");
-    readings
+    let all = format!("{readings:?}");
+    let least = readings
         .into_iter()
         .min_by(|x, y| x.heap.total_cmp(&y.heap))
-        .unwrap()
+        .unwrap();
+    (least, all)
 }
 
 /// Issue 19 "must show" 2: the page, refreshing under live traffic (a request every ~20 ms, the
@@ -905,12 +906,13 @@ async fn dashboard_heap_and_dom_stay_flat_under_traffic() {
         let session = b.open(&url);
         b.eval(&session, WATCH);
         wait_for_refreshes(&mut b, &session, WARM_UP);
-        let before = heap_reading(&mut b, &session, WARM_UP);
+        let (before, readings0) = heap_reading(&mut b, &session, WARM_UP);
         let dom_before = dom_counters(&mut b, &session);
-        let after = heap_reading(&mut b, &session, before.refresh + WINDOW);
+        let (after, readings1) = heap_reading(&mut b, &session, before.refresh + WINDOW);
         let dom_after = dom_counters(&mut b, &session);
         let states: std::collections::BTreeSet<String> =
             serde_json::from_value(b.eval(&session, "[...window.__states]")).unwrap();
+        println!("heap readings: {readings0}, {WINDOW} refreshes later {readings1}");
         (before, after, dom_before, dom_after, states)
     });
     // Traffic until the browser is done: a request every ~20 ms to the three rules, the primary
