@@ -177,7 +177,9 @@ mod tests {
             r#"{{"model":"e","input":[{}]}}"#,
             vec!["\"w\""; MAX_TEXTS].join(",")
         );
-        assert!(crate::openai_embeddings::request_body(Dialect::Gemini, &parse(&most), "g").is_ok());
+        assert!(
+            crate::openai_embeddings::request_body(Dialect::Gemini, &parse(&most), "g").is_ok()
+        );
         // A chat body is not a batch body.
         assert!(!is_batch_body(br#"{"contents":[]}"#));
     }
@@ -210,7 +212,11 @@ mod tests {
             br#"{"embeddings":[{"values":["x"]}]}"#,
             b"not json",
         ] {
-            assert!(answer(raw, "g", false).is_err(), "{}", String::from_utf8_lossy(raw));
+            assert!(
+                answer(raw, "g", false).is_err(),
+                "{}",
+                String::from_utf8_lossy(raw)
+            );
         }
     }
 }

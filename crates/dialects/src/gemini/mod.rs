@@ -162,7 +162,10 @@ mod tests {
         let body = Bytes::from_static(br#"{"requests":[{"model":"models/g"}]}"#);
         assert!(matches!(
             parse_request("g", body, false),
-            Err(ParseError::BadField { field: "requests", .. })
+            Err(ParseError::BadField {
+                field: "requests",
+                ..
+            })
         ));
     }
 }

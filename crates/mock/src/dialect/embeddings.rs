@@ -262,15 +262,15 @@ pub fn parse_gemini(
                 "* BatchEmbedContentsRequest.requests[{i}].model: the model of each request must match the batch's ({want})"
             )));
         }
-        let text: Option<String> = r
-            .pointer("/content/parts")
-            .and_then(Value::as_array)
-            .map(|parts| {
-                parts
-                    .iter()
-                    .filter_map(|p| p.get("text").and_then(Value::as_str))
-                    .collect()
-            });
+        let text: Option<String> =
+            r.pointer("/content/parts")
+                .and_then(Value::as_array)
+                .map(|parts| {
+                    parts
+                        .iter()
+                        .filter_map(|p| p.get("text").and_then(Value::as_str))
+                        .collect()
+                });
         let text = text.filter(|t| !t.is_empty()).ok_or_else(|| {
             google_invalid(format!(
                 "* BatchEmbedContentsRequest.requests[{i}].content: contains no text"
