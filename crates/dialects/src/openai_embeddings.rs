@@ -1,10 +1,12 @@
 //! OpenAI embeddings (`POST /v1/embeddings`, SPEC §12): the caller request, its translation to
-//! Bedrock's embedding models (InvokeModel bodies of Titan Text Embeddings and Cohere Embed), and
-//! their answers back in OpenAI's shape.
+//! Bedrock's embedding models (InvokeModel bodies of Titan Text Embeddings and Cohere Embed) and to
+//! Google AI's `batchEmbedContents` ([`crate::gemini::embeddings`]), and their answers back in
+//! OpenAI's shape ([`answer`]).
 //!
 //! Embeddings have no canonical chat form: a request goes to an OpenAI-compatible destination
-//! byte-for-byte (only `model` rewritten) or to a Bedrock one through [`request_body`]; every other
-//! format cannot carry it ([`TranslateError`]: the destination is `INELIGIBLE:translation`).
+//! byte-for-byte (only `model` rewritten) or to a Bedrock or Gemini one through [`request_body`];
+//! every other format cannot carry it ([`TranslateError`]: the destination is
+//! `INELIGIBLE:translation`).
 //!
 //! Titan takes one text per request: an `input` with more than one text is not fanned out, it makes
 //! a Titan destination ineligible (Cohere takes up to [`COHERE_MAX_TEXTS`] texts).
@@ -45,10 +47,10 @@ struct Wire {
 }
 
 /// The request as far as translation needs it.
-struct Request {
+pub(crate) struct Request {
     /// `None`: token arrays, which only an OpenAI upstream can read.
-    texts: Option<Vec<String>>,
-    dimensions: Option<u64>,
+    pub(crate) texts: Option<Vec<String>>,
+    pub(crate) dimensions: Option<u64>,
     base64: bool,
 }
 
@@ -57,7 +59,7 @@ fn bad(field: &'static str, expected: &'static str) -> ParseError {
 }
 
 /// Reads and checks the members; errors say which one and what it must be.
-fn read(body: &[u8]) -> Result<Request, ParseError> {
+pub(crate) fn read(body: &[u8]) -> Result<Request, ParseError> {
     let wire: Wire =
         serde_json::from_slice(body).map_err(|e| ParseError::NotJson(e.to_string()))?;
     let input = wire.input.ok_or(bad("input", "present"))?;
@@ -132,8 +134,9 @@ fn family(model: &str) -> Option<Family> {
 }
 
 /// The request body for a destination of `format` and `model`: the caller's bytes for an OpenAI
-/// embeddings upstream; an InvokeModel body for a Bedrock Titan or Cohere embedding model; for
-/// anything else (or what the model cannot take) a [`TranslateError`].
+/// embeddings upstream; an InvokeModel body for a Bedrock Titan or Cohere embedding model; a
+/// `batchEmbedContents` body for Google AI (`Dialect::Gemini`); for anything else (or what the
+/// model cannot take) a [`TranslateError`].
 pub fn request_body(
     format: Dialect,
     req: &ParsedRequest,
@@ -142,8 +145,10 @@ pub fn request_body(
     match format {
         Dialect::OpenAiEmbeddings => Ok(req.body_with_model(model)),
         Dialect::BedrockInvoke => bedrock_body(req, model),
+        Dialect::Gemini => crate::gemini::embeddings::request_body(req, model),
         other => Err(TranslateError(format!(
-            "embeddings cannot be sent in the {} format",
+            "embeddings cannot be sent in the {} format (only to OpenAI-compatible, Azure, \
+             Bedrock Titan/Cohere and Google AI destinations)",
             other.as_str()
         ))),
     }
@@ -221,6 +226,22 @@ enum CohereVectors {
 #[derive(Deserialize)]
 struct CohereAnswer {
     embeddings: CohereVectors,
+}
+
+/// An upstream's whole embeddings answer (`raw`, in `format` as [`request_body`] chose it) in
+/// OpenAI's shape: a Bedrock embedding model's ([`bedrock_answer`]; `input_tokens` is Bedrock's
+/// token-count header) or Google AI's ([`crate::gemini::embeddings::answer`], no token count).
+pub fn answer(
+    format: Dialect,
+    raw: &[u8],
+    model: &str,
+    input_tokens: Option<u64>,
+    base64: bool,
+) -> Result<Bytes, TranslateError> {
+    match format {
+        Dialect::Gemini => crate::gemini::embeddings::answer(raw, model, base64),
+        _ => bedrock_answer(raw, model, input_tokens, base64),
+    }
 }
 
 /// A Bedrock embedding model's whole answer (`raw`) in OpenAI's shape. `input_tokens` is Bedrock's

@@ -83,7 +83,11 @@ pub(crate) async fn handle(
     if vertex && !shared.token_accepted(&parts.headers) {
         return Ok(crate::google_token::unauthenticated());
     }
-    if dialect == Dialect::Gemini && !crate::dialect::gemini::has_key(&parts.headers) {
+    let google_ai = matches!(
+        dialect,
+        Dialect::Gemini | Dialect::Embeddings(embeddings::Api::Gemini)
+    );
+    if google_ai && !crate::dialect::gemini::has_key(&parts.headers) {
         ctx.model = route.model_id.unwrap_or_default();
         return Ok(dialect.render_error(&ctx, &crate::dialect::gemini::missing_key()));
     }

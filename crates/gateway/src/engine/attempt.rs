@@ -267,7 +267,8 @@ async fn classify(answered: Answered, started: Instant, spec: &AttemptSpec<'_>) 
         };
         let names = (spec.response_id, spec.model);
         let answer = if spec.caller == Dialect::OpenAiEmbeddings {
-            translate::embeddings_answer(parts, &raw, spec.model, spec.base64_embeddings)
+            let dest = (spec.upstream, spec.model);
+            translate::embeddings_answer(parts, &raw, dest, spec.base64_embeddings)
         } else {
             translate::whole_answer(parts, &raw, spec.upstream, spec.caller, names)
         };

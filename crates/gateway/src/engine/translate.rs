@@ -124,13 +124,14 @@ pub(super) fn whole_answer(
     }
 }
 
-/// A Bedrock embedding model's whole answer in OpenAI's embeddings shape (SPEC §12); the token
-/// count comes from the body (Titan) or Bedrock's `x-amzn-bedrock-input-token-count` (Cohere).
-/// When it does not parse, the gateway's 502 and why (`untranslatableResponse`).
+/// A Bedrock embedding model's or Google AI's (`upstream`) whole answer in OpenAI's embeddings
+/// shape (SPEC §12); the token count comes from the body (Titan) or Bedrock's
+/// `x-amzn-bedrock-input-token-count` (Cohere); Google states none (0). When it does not parse,
+/// the gateway's 502 and why (`untranslatableResponse`).
 pub(super) fn embeddings_answer(
     mut parts: Parts,
     raw: &[u8],
-    model: &str,
+    (upstream, model): (Dialect, &str),
     base64: bool,
 ) -> (Upstream, Option<&'static str>) {
     use sidetrack_dialects::openai_embeddings;
@@ -138,7 +139,7 @@ pub(super) fn embeddings_answer(
         .headers
         .get("x-amzn-bedrock-input-token-count")
         .and_then(|v| v.to_str().ok()?.parse().ok());
-    match openai_embeddings::bedrock_answer(raw, model, tokens, base64) {
+    match openai_embeddings::answer(upstream, raw, model, tokens, base64) {
         Ok(body) => {
             set_json(&mut parts);
             (Upstream::Buffered { parts, body }, None)

@@ -2,7 +2,9 @@
 //! (`https://generativelanguage.googleapis.com`); the model goes in the path
 //! (`/v1beta/models/{model}:generateContent`, `:streamGenerateContent?alt=sse` for a stream) and
 //! the key in `x-goog-api-key`. The body is the Gemini dialect's (`sidetrack_dialects::gemini`),
-//! which Vertex's Gemini models share.
+//! which Vertex's Gemini models share. An OpenAI embeddings request goes to
+//! `/v1beta/models/{model}:batchEmbedContents` (its body is told apart by
+//! `gemini::embeddings::is_batch_body`, which no caller's `generateContent` body passes).
 
 use bytes::Bytes;
 use http::header::ACCEPT;
@@ -17,7 +19,12 @@ pub const VERSION: &str = "v1beta";
 static API_KEY: HeaderName = HeaderName::from_static("x-goog-api-key");
 
 pub fn request(out: Outbound<'_>) -> Result<http::Request<Full<Bytes>>, BuildError> {
-    let path = sidetrack_dialects::gemini::path(VERSION, out.model, out.stream);
+    use sidetrack_dialects::gemini;
+    let path = if gemini::embeddings::is_batch_body(&out.body) {
+        gemini::embeddings::path(VERSION, out.model)
+    } else {
+        gemini::path(VERSION, out.model, out.stream)
+    };
     let (stream, credential) = (out.stream, out.endpoint.credential(out.target)?);
     let mut req = post(out, &path)?;
     let h = req.headers_mut();

@@ -194,9 +194,12 @@ pub struct BuildError(pub String);
 /// depends on the model's publisher (Anthropic Messages for `claude-*`, Gemini otherwise); every
 /// other provider on its kind only ([`format_for`]).
 pub fn format_for_dest(target: &Target, model: &str, caller: Dialect) -> Dialect {
-    match target.provider {
-        ProviderKind::Vertex => vertex::VertexPublisher::of(model).format(),
-        kind => format_for(kind, caller),
+    match (target.provider, caller) {
+        // Vertex's embeddings (`:predict`) are not served (SPEC §12): a format that refuses the
+        // request makes the destination `INELIGIBLE:translation`.
+        (ProviderKind::Vertex, Dialect::OpenAiEmbeddings) => Dialect::AnthropicMessages,
+        (ProviderKind::Vertex, _) => vertex::VertexPublisher::of(model).format(),
+        (kind, _) => format_for(kind, caller),
     }
 }
 
@@ -208,7 +211,8 @@ fn format_for(kind: ProviderKind, caller: Dialect) -> Dialect {
     match (kind, caller) {
         (ProviderKind::OpenAi, Dialect::OpenAiResponses) => Dialect::OpenAiResponses,
         // Embeddings (SPEC §12): OpenAI's own endpoint; Bedrock's embedding models through
-        // InvokeModel (Titan, Cohere); Anthropic has none (the request cannot be translated).
+        // InvokeModel (Titan, Cohere); Google AI's `batchEmbedContents` (a Gemini-format body,
+        // `gemini::embeddings`); Anthropic has none (the request cannot be translated).
         (ProviderKind::OpenAi, Dialect::OpenAiEmbeddings) => Dialect::OpenAiEmbeddings,
         (ProviderKind::Bedrock, Dialect::OpenAiEmbeddings) => Dialect::BedrockInvoke,
         (ProviderKind::OpenAi, _) => Dialect::OpenAiChat,
@@ -221,7 +225,7 @@ fn format_for(kind: ProviderKind, caller: Dialect) -> Dialect {
         (ProviderKind::Azure, _) => Dialect::OpenAiChat,
         // By the model's publisher (`format_for_dest`); this arm is Anthropic's.
         (ProviderKind::Vertex, _) => Dialect::AnthropicMessages,
-        // Google AI has no embeddings in this format: the request cannot be translated.
+        // Chat, and embeddings through `batchEmbedContents` (the provider picks the operation).
         (ProviderKind::Gemini, _) => Dialect::Gemini,
     }
 }

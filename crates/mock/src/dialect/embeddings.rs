@@ -1,7 +1,9 @@
 //! Embeddings (SPEC §12): OpenAI's `POST /v1/embeddings`, and Bedrock InvokeModel for the embedding
 //! models — Titan Text Embeddings (`…titan-embed…`: `{"inputText"}` → `{"embedding",
 //! "inputTextTokenCount"}`) and Cohere Embed (`…cohere.embed…`: `{"texts", "input_type"}` →
-//! `{"embeddings": [[…]]}`).
+//! `{"embeddings": [[…]]}`), and Google AI's `POST /{v1beta|v1}/models/{model}:batchEmbedContents`
+//! (`{"requests": [{"model", "content": {"parts": [{"text"}]}, "outputDimensionality"}]}` →
+//! `{"embeddings": [{"values": […]}]}`, no usage; errors as Google frames them).
 //!
 //! Vectors are deterministic and texts that share most words are close: a text's vector is the
 //! normalised sum of one pseudo-random unit vector per word (split on anything not alphanumeric,
@@ -27,6 +29,12 @@ pub const OPENAI_DIMENSIONS: usize = 1536;
 pub const TITAN_DIMENSIONS: usize = 1024;
 /// Cohere Embed v3's width.
 pub const COHERE_DIMENSIONS: usize = 1024;
+/// `gemini-embedding-001`'s default width; Google's older `text-embedding-004` and
+/// `embedding-001`: [`GOOGLE_LEGACY_DIMENSIONS`].
+pub const GEMINI_DIMENSIONS: usize = 3072;
+pub const GOOGLE_LEGACY_DIMENSIONS: usize = 768;
+/// Google AI's limit on requests per `batchEmbedContents` call.
+const GEMINI_MAX_REQUESTS: usize = 100;
 /// The widest vector the mock draws.
 const MAX_DIMENSIONS: usize = 16_384;
 /// OpenAI's limit on texts per request; Cohere on Bedrock takes 96.
@@ -39,6 +47,8 @@ pub enum Api {
     OpenAi,
     Titan,
     Cohere,
+    /// Google AI's `:batchEmbedContents`.
+    Gemini,
 }
 
 /// Whether a Bedrock model id names an embedding model, and which.
@@ -207,8 +217,86 @@ pub fn parse(
 ) -> Result<(RequestFacts, Value, EmbedRequest), MockError> {
     match api {
         Api::OpenAi => parse_openai(body),
+        Api::Gemini => parse_gemini(model_id, body),
         _ => parse_bedrock(api, model_id, body),
     }
+}
+
+fn google_invalid(message: String) -> MockError {
+    MockError {
+        error_type: Some("INVALID_ARGUMENT".to_owned()),
+        message: Some(message),
+        ..MockError::new(400)
+    }
+}
+
+/// `:batchEmbedContents` on `model_id` (from the path): every request names the same model
+/// (`models/{model_id}`) and one text part; `outputDimensionality` must be the same for all.
+pub fn parse_gemini(
+    model_id: &str,
+    body: &[u8],
+) -> Result<(RequestFacts, Value, EmbedRequest), MockError> {
+    let json = parse_json(body, |e| {
+        google_invalid(format!("Invalid JSON payload received. {e}"))
+    })?;
+    let requests = json
+        .get("requests")
+        .and_then(Value::as_array)
+        .filter(|r| !r.is_empty() && r.len() <= GEMINI_MAX_REQUESTS)
+        .ok_or_else(|| {
+            google_invalid(format!(
+                "* BatchEmbedContentsRequest.requests: between 1 and {GEMINI_MAX_REQUESTS} requests are required"
+            ))
+        })?;
+    let want = format!("models/{model_id}");
+    let default = if model_id.contains("gemini-embedding") {
+        GEMINI_DIMENSIONS
+    } else {
+        GOOGLE_LEGACY_DIMENSIONS
+    };
+    let mut texts = Vec::with_capacity(requests.len());
+    let mut dims = None;
+    for (i, r) in requests.iter().enumerate() {
+        if r.get("model").and_then(Value::as_str) != Some(want.as_str()) {
+            return Err(google_invalid(format!(
+                "* BatchEmbedContentsRequest.requests[{i}].model: the model of each request must match the batch's ({want})"
+            )));
+        }
+        let text: Option<String> =
+            r.pointer("/content/parts")
+                .and_then(Value::as_array)
+                .map(|parts| {
+                    parts
+                        .iter()
+                        .filter_map(|p| p.get("text").and_then(Value::as_str))
+                        .collect()
+                });
+        let text = text.filter(|t| !t.is_empty()).ok_or_else(|| {
+            google_invalid(format!(
+                "* BatchEmbedContentsRequest.requests[{i}].content: contains no text"
+            ))
+        })?;
+        let d = dims_of(r.get("outputDimensionality"), default).ok_or_else(|| {
+            google_invalid(format!(
+                "* BatchEmbedContentsRequest.requests[{i}].output_dimensionality: must be positive"
+            ))
+        })?;
+        if dims.is_some_and(|prev| prev != d) {
+            return Err(google_invalid(
+                "outputDimensionality must be the same for every request of the batch".into(),
+            ));
+        }
+        dims = Some(d);
+        texts.push(text);
+    }
+    let facts = facts(model_id.to_owned(), &texts);
+    let req = EmbedRequest {
+        api: Api::Gemini,
+        texts,
+        dims: dims.unwrap_or(default),
+        base64: false,
+    };
+    Ok((facts, json, req))
 }
 
 /// InvokeModel on a Titan or Cohere embedding model (the model id from the path).
@@ -301,6 +389,16 @@ pub fn render_success(
                 body::full(body.to_string()),
             )
         }
+        Api::Gemini => {
+            let embeddings: Vec<Value> = vectors.iter().map(|v| json!({"values": v})).collect();
+            response(
+                success.status,
+                "application/json",
+                super::gemini::REQUEST_ID_HEADER,
+                ctx,
+                body::full(json!({"embeddings": embeddings}).to_string()),
+            )
+        }
         Api::Titan | Api::Cohere => {
             let body = if req.api == Api::Titan {
                 json!({"embedding": vectors[0], "inputTextTokenCount": tokens})
@@ -377,6 +475,24 @@ mod tests {
         let body = br#"{"texts":["a","b"],"input_type":"search_document"}"#;
         let (_, _, r) = parse_bedrock(Api::Cohere, "cohere.embed-english-v3", body).unwrap();
         assert_eq!((r.texts.len(), r.dims), (2, COHERE_DIMENSIONS));
+        let body = br#"{"requests":[{"model":"models/gemini-embedding-001","content":{"parts":[{"text":"a"}]},"outputDimensionality":8},{"model":"models/gemini-embedding-001","content":{"parts":[{"text":"b c"}]},"outputDimensionality":8}]}"#;
+        let (f, _, r) = parse_gemini("gemini-embedding-001", body).unwrap();
+        assert_eq!((f.model.as_str(), r.dims), ("gemini-embedding-001", 8));
+        assert_eq!(r.texts, ["a", "b c"]);
+        let (_, _, r) = parse_gemini(
+            "text-embedding-004",
+            br#"{"requests":[{"model":"models/text-embedding-004","content":{"parts":[{"text":"a"}]}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(r.dims, GOOGLE_LEGACY_DIMENSIONS);
+        let other = br#"{"requests":[{"model":"models/x","content":{"parts":[{"text":"a"}]}}]}"#;
+        assert_eq!(
+            parse_gemini("gemini-embedding-001", other)
+                .unwrap_err()
+                .status,
+            400
+        );
+        assert!(parse_gemini("g", br#"{"requests":[]}"#).is_err());
         assert!(parse_bedrock(
             Api::Cohere,
             "cohere.embed-english-v3",

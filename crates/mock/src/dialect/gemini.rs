@@ -17,12 +17,12 @@ use super::{
 use crate::body::{self, MockBody, StreamEncoder};
 use crate::engine::{MockError, RequestFacts, StreamError, Success, Usage};
 
-const REQUEST_ID_HEADER: &str = "x-request-id";
+pub(crate) const REQUEST_ID_HEADER: &str = "x-request-id";
 /// The in-stream error status when `streamErrorType` is not set.
 const DEFAULT_STREAM_ERROR_STATUS: &str = "UNAVAILABLE";
 
 /// `/{v1beta|v1}/models/{model}:{method}` → the route (model percent-decoded; the method says
-/// whether it streams).
+/// whether it streams; `:batchEmbedContents` is an embeddings route, [`super::embeddings`]).
 pub fn route(raw_path: &str) -> Option<Route> {
     let rest = raw_path
         .strip_prefix("/v1beta/models/")
@@ -31,13 +31,14 @@ pub fn route(raw_path: &str) -> Option<Route> {
     if model.is_empty() || model.contains('/') {
         return None;
     }
-    let path_stream = match method {
-        "generateContent" => false,
-        "streamGenerateContent" => true,
+    let (dialect, path_stream) = match method {
+        "generateContent" => (Dialect::Gemini, false),
+        "streamGenerateContent" => (Dialect::Gemini, true),
+        "batchEmbedContents" => (Dialect::Embeddings(super::embeddings::Api::Gemini), false),
         _ => return None,
     };
     Some(Route {
-        dialect: Dialect::Gemini,
+        dialect,
         endpoint: raw_path.to_owned(),
         model_id: Some(percent_decode(model)),
         path_stream,

@@ -67,8 +67,9 @@ pub enum Dialect {
     BedrockInvoke,
     /// `POST /model/{modelId}/converse` and `/converse-stream`.
     BedrockConverse,
-    /// `POST /v1/embeddings`, and `POST /model/{modelId}/invoke` for a Titan or Cohere embedding
-    /// model id (see [`embeddings`]).
+    /// `POST /v1/embeddings`, `POST /model/{modelId}/invoke` for a Titan or Cohere embedding
+    /// model id, and Google AI's `POST /{v1beta|v1}/models/{model}:batchEmbedContents` (see
+    /// [`embeddings`]).
     Embeddings(embeddings::Api),
     /// Vertex AI, Anthropic models: `POST /v1/projects/{p}/locations/{r}/publishers/anthropic/
     /// models/{model}:rawPredict` and `:streamRawPredict` (Anthropic bodies without `model`).
@@ -192,7 +193,9 @@ impl Dialect {
                 bedrock::render_error(ctx, error)
             }
             Self::VertexAnthropic => anthropic::render_error(ctx, error),
-            Self::Gemini | Self::VertexGemini => gemini::render_error(ctx, error),
+            Self::Gemini | Self::VertexGemini | Self::Embeddings(embeddings::Api::Gemini) => {
+                gemini::render_error(ctx, error)
+            }
         }
     }
 }
