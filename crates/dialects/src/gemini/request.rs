@@ -15,6 +15,7 @@ use crate::request::ParsedRequest;
 
 use super::wire::{
     args_text, out_args, OutCall, OutContent, OutFunctionResponse, OutInline, OutPart, WContent,
+    WPart,
 };
 
 /// The id given to the `n`-th function call of a conversation that names none (Gemini's
@@ -30,17 +31,83 @@ fn synthetic_id(n: usize) -> String {
 pub fn to_canonical(req: &ParsedRequest) -> Result<ChatRequest, TranslateError> {
     let wire: WRequest =
         serde_json::from_slice(req.body()).map_err(|e| terr(format!("gemini body: {e}")))?;
+    let system = system_texts(wire.system_instruction)?;
+    let messages = in_messages(wire.contents)?;
+    let tools = in_tools(wire.tools)?;
+    let tool_choice = in_tool_choice(wire.tool_config)?;
+    let mut g = wire.generation_config.unwrap_or_default();
+    let json_schema = in_json_schema(&mut g)?;
+    Ok(ChatRequest {
+        model: req.model.clone(),
+        system,
+        messages: normalize_messages(messages),
+        tools,
+        tool_choice,
+        max_tokens: g.max_output_tokens,
+        temperature: g.temperature,
+        top_p: g.top_p,
+        stop: g.stop_sequences.unwrap_or_default(),
+        stream: req.stream,
+        json_schema,
+    })
+}
+
+/// `systemInstruction` → the canonical system texts (only text parts translate).
+fn system_texts(instruction: Option<WContent>) -> Result<Vec<String>, TranslateError> {
     let mut system = Vec::new();
-    for p in wire.system_instruction.map(|s| s.parts).unwrap_or_default() {
+    for p in instruction.map(|s| s.parts).unwrap_or_default() {
         match p.text {
             Some(t) => system.push(t),
             None => return Err(terr("gemini systemInstruction: only text parts translate")),
         }
     }
-    let mut messages = Vec::new();
-    let mut pending: Vec<(String, String)> = Vec::new();
-    let mut calls = 0usize;
-    for (i, c) in wire.contents.into_iter().enumerate() {
+    Ok(system)
+}
+
+/// Pairs function results with their calls across a conversation: the calls not yet answered
+/// (name, id) and how many calls were given a synthetic id.
+#[derive(Default)]
+struct Pairing {
+    pending: Vec<(String, String)>,
+    calls: usize,
+}
+
+impl Pairing {
+    /// A call's id: its own, else the next synthetic one; the call now waits for its result.
+    fn call_id(&mut self, name: &str, id: Option<String>) -> String {
+        let id = match id {
+            Some(id) if !id.is_empty() => id,
+            _ => {
+                self.calls += 1;
+                synthetic_id(self.calls)
+            }
+        };
+        self.pending.push((name.to_owned(), id.clone()));
+        id
+    }
+
+    /// A result's call id: its own (answering that call), else the earliest unanswered call of
+    /// the same name, else `call_{name}`.
+    fn result_id(&mut self, name: &str, id: Option<String>) -> String {
+        match id {
+            Some(id) if !id.is_empty() => {
+                self.pending.retain(|(_, p)| *p != id);
+                id
+            }
+            _ => match self.pending.iter().position(|(n, _)| n == name) {
+                Some(k) => self.pending.remove(k).1,
+                None => format!("call_{name}"),
+            },
+        }
+    }
+}
+
+/// `contents` → canonical messages (`function`/`tool` turns are the user's, `model` turns the
+/// assistant's; thought parts are dropped).
+fn in_messages(contents: Vec<WContent>) -> Result<Vec<Message>, TranslateError> {
+    let mut messages = Vec::with_capacity(contents.len());
+    let mut pairing = Pairing::default();
+    for (i, c) in contents.into_iter().enumerate() {
         let role = match c.role.as_deref().unwrap_or("user") {
             "user" | "function" | "tool" => Role::User,
             "model" | "assistant" => Role::Assistant,
@@ -55,61 +122,54 @@ pub fn to_canonical(req: &ParsedRequest) -> Result<ChatRequest, TranslateError> 
             if p.thought == Some(true) {
                 continue; // reasoning is not carried across dialects
             }
-            if let Some(t) = p.text {
-                content.push(Part::Text(t));
-            } else if let Some(fc) = p.function_call {
-                let id = match fc.id {
-                    Some(id) if !id.is_empty() => id,
-                    _ => {
-                        calls += 1;
-                        synthetic_id(calls)
-                    }
-                };
-                pending.push((fc.name.clone(), id.clone()));
-                content.push(Part::ToolCall {
-                    id,
-                    name: fc.name,
-                    arguments: args_text(fc.args.as_deref()),
-                });
-            } else if let Some(fr) = p.function_response {
-                let call_id = match fr.id {
-                    Some(id) if !id.is_empty() => {
-                        pending.retain(|(_, p)| *p != id);
-                        id
-                    }
-                    _ => match pending.iter().position(|(n, _)| *n == fr.name) {
-                        Some(k) => pending.remove(k).1,
-                        None => format!("call_{}", fr.name),
-                    },
-                };
-                let (text, is_error) = result_text(fr.response.as_deref());
-                content.push(Part::ToolResult {
-                    call_id,
-                    content: text,
-                    is_error,
-                });
-            } else if let Some(d) = p.inline_data {
-                if !d.mime_type.starts_with("image/") {
-                    return Err(terr(format!(
-                        "gemini contents[{i}]: inlineData `{}` cannot be translated; only images can",
-                        d.mime_type
-                    )));
-                }
-                content.push(Part::Image {
-                    media_type: d.mime_type,
-                    data: d.data,
-                });
-            } else {
-                return Err(terr(format!(
-                    "gemini contents[{i}]: a part other than text, functionCall, \
-                     functionResponse or image inlineData cannot be translated"
-                )));
-            }
+            content.push(in_part(i, p, &mut pairing)?);
         }
         messages.push(Message { role, content });
     }
+    Ok(messages)
+}
+
+/// One part of `contents[i]` → a canonical part: text, a function call or result, or an image.
+fn in_part(i: usize, p: WPart, pairing: &mut Pairing) -> Result<Part, TranslateError> {
+    if let Some(t) = p.text {
+        Ok(Part::Text(t))
+    } else if let Some(fc) = p.function_call {
+        Ok(Part::ToolCall {
+            id: pairing.call_id(&fc.name, fc.id),
+            arguments: args_text(fc.args.as_deref()),
+            name: fc.name,
+        })
+    } else if let Some(fr) = p.function_response {
+        let call_id = pairing.result_id(&fr.name, fr.id);
+        let (content, is_error) = result_text(fr.response.as_deref());
+        Ok(Part::ToolResult {
+            call_id,
+            content,
+            is_error,
+        })
+    } else if let Some(d) = p.inline_data {
+        if !d.mime_type.starts_with("image/") {
+            return Err(terr(format!(
+                "gemini contents[{i}]: inlineData `{}` cannot be translated; only images can",
+                d.mime_type
+            )));
+        }
+        Ok(Part::Image {
+            media_type: d.mime_type,
+            data: d.data,
+        })
+    } else {
+        Err(terr(format!(
+            "gemini contents[{i}]: a part other than text, functionCall, \
+             functionResponse or image inlineData cannot be translated"
+        )))
+    }
+}
+
+/// `tools` → canonical tools: only `functionDeclarations` translate, not built-in tools.
+fn in_tools(groups: Option<Vec<Box<RawValue>>>) -> Result<Vec<Tool>, TranslateError> {
     let mut tools = Vec::new();
-    for (i, raw) in wire.tools.into_iter().flatten().enumerate() {
+    for (i, raw) in groups.into_iter().flatten().enumerate() {
         let keys: Map<String, Value> =
             serde_json::from_str(raw.get()).map_err(|e| terr(format!("gemini tools[{i}]: {e}")))?;
         if let Some(key) = keys.keys().find(|k| *k != "functionDeclarations") {
@@ -128,50 +188,50 @@ pub fn to_canonical(req: &ParsedRequest) -> Result<ChatRequest, TranslateError> 
             });
         }
     }
-    let tool_choice = match wire.tool_config.and_then(|c| c.function_calling_config) {
-        None => None,
-        Some(fc) => match fc.mode.as_deref().unwrap_or("AUTO") {
-            "AUTO" | "MODE_UNSPECIFIED" | "VALIDATED" => Some(ToolChoice::Auto),
-            "NONE" => Some(ToolChoice::None),
-            "ANY" => match fc.allowed_function_names.as_deref() {
-                Some([one]) => Some(ToolChoice::Tool(one.clone())),
-                _ => Some(ToolChoice::Any),
-            },
-            other => {
-                return Err(terr(format!(
-                    "gemini functionCallingConfig mode `{other}` is unknown"
-                )))
-            }
-        },
+    Ok(tools)
+}
+
+/// `toolConfig.functionCallingConfig` → the canonical tool choice (`ANY` with exactly one
+/// allowed function forces that function).
+fn in_tool_choice(config: Option<WToolConfig>) -> Result<Option<ToolChoice>, TranslateError> {
+    let Some(fc) = config.and_then(|c| c.function_calling_config) else {
+        return Ok(None);
     };
-    let g = wire.generation_config.unwrap_or_default();
+    Ok(Some(match fc.mode.as_deref().unwrap_or("AUTO") {
+        "AUTO" | "MODE_UNSPECIFIED" | "VALIDATED" => ToolChoice::Auto,
+        "NONE" => ToolChoice::None,
+        "ANY" => match fc.allowed_function_names.as_deref() {
+            Some([one]) => ToolChoice::Tool(one.clone()),
+            _ => ToolChoice::Any,
+        },
+        other => {
+            return Err(terr(format!(
+                "gemini functionCallingConfig mode `{other}` is unknown"
+            )))
+        }
+    }))
+}
+
+/// The output schema of `generationConfig` (taken out of it), after refusing what cannot be
+/// translated: more than one candidate, or JSON output without a schema.
+fn in_json_schema(g: &mut WGeneration) -> Result<Option<JsonSchema>, TranslateError> {
     if g.candidate_count.is_some_and(|n| n > 1) {
         return Err(terr("gemini candidateCount above 1 cannot be translated"));
     }
     let json_schema =
-        schema_text(g.response_json_schema, g.response_schema).map(|schema| JsonSchema {
-            name: "response".into(),
-            schema,
-            strict: false,
+        schema_text(g.response_json_schema.take(), g.response_schema.take()).map(|schema| {
+            JsonSchema {
+                name: "response".into(),
+                schema,
+                strict: false,
+            }
         });
     if json_schema.is_none() && g.response_mime_type.as_deref() == Some("application/json") {
         return Err(terr(
             "gemini responseMimeType application/json without a schema cannot be translated",
         ));
     }
-    Ok(ChatRequest {
-        model: req.model.clone(),
-        system,
-        messages: normalize_messages(messages),
-        tools,
-        tool_choice,
-        max_tokens: g.max_output_tokens,
-        temperature: g.temperature,
-        top_p: g.top_p,
-        stop: g.stop_sequences.unwrap_or_default(),
-        stream: req.stream,
-        json_schema,
-    })
+    Ok(json_schema)
 }
 
 /// A schema as canonical text: a JSON-schema field verbatim, else Gemini's OpenAPI-style
@@ -240,52 +300,27 @@ fn result_text(response: Option<&RawValue>) -> (String, bool) {
 /// and `responseJsonSchema`; a tool result is `{"result": text}` (`{"error": text}` for an
 /// error) and names its call's function (found by id).
 pub fn request_body(req: &ChatRequest) -> Result<Bytes, TranslateError> {
+    let body = OutRequest {
+        contents: out_contents(&req.messages)?,
+        system_instruction: out_system(&req.system),
+        tools: out_tools(&req.tools)?,
+        tool_config: out_tool_config(req.tool_choice.as_ref()),
+        generation_config: out_generation(req)?,
+    };
+    serde_json::to_vec(&body)
+        .map(Bytes::from)
+        .map_err(|e| terr(format!("rendering gemini body: {e}")))
+}
+
+/// Canonical messages → `contents` (assistant turns are `model` turns).
+fn out_contents(messages: &[Message]) -> Result<Vec<OutContent<'_>>, TranslateError> {
+    // (call id, function name) of each call so far: a result names its call's function.
     let mut names: Vec<(&str, &str)> = Vec::new();
-    let mut contents = Vec::with_capacity(req.messages.len());
-    for m in &req.messages {
+    let mut contents = Vec::with_capacity(messages.len());
+    for m in messages {
         let mut parts = Vec::with_capacity(m.content.len());
         for p in &m.content {
-            parts.push(match p {
-                Part::Text(t) => OutPart::Text { text: t },
-                Part::Image { media_type, data } => OutPart::Inline {
-                    inline_data: OutInline {
-                        mime_type: media_type,
-                        data,
-                    },
-                },
-                Part::ToolCall {
-                    id,
-                    name,
-                    arguments,
-                } => {
-                    names.push((id, name));
-                    OutPart::Call {
-                        function_call: OutCall {
-                            id,
-                            name,
-                            args: out_args(arguments, false)?,
-                        },
-                    }
-                }
-                Part::ToolResult {
-                    call_id,
-                    content,
-                    is_error,
-                } => {
-                    let name = names
-                        .iter()
-                        .find(|(id, _)| id == call_id)
-                        .map_or(call_id.as_str(), |(_, n)| n);
-                    let key = if *is_error { "error" } else { "result" };
-                    OutPart::Response {
-                        function_response: OutFunctionResponse {
-                            id: call_id,
-                            name,
-                            response: json!({ key: content }),
-                        },
-                    }
-                }
-            });
+            parts.push(out_part(p, &mut names)?);
         }
         contents.push(OutContent {
             role: Some(match m.role {
@@ -295,16 +330,69 @@ pub fn request_body(req: &ChatRequest) -> Result<Bytes, TranslateError> {
             parts,
         });
     }
-    let system = (!req.system.is_empty()).then(|| OutContent {
+    Ok(contents)
+}
+
+/// One canonical part → a request part; a call is recorded in `names`, a result looks its
+/// function's name up there (its call id when the call is not found).
+fn out_part<'a>(
+    p: &'a Part,
+    names: &mut Vec<(&'a str, &'a str)>,
+) -> Result<OutPart<'a>, TranslateError> {
+    Ok(match p {
+        Part::Text(t) => OutPart::Text { text: t },
+        Part::Image { media_type, data } => OutPart::Inline {
+            inline_data: OutInline {
+                mime_type: media_type,
+                data,
+            },
+        },
+        Part::ToolCall {
+            id,
+            name,
+            arguments,
+        } => {
+            names.push((id, name));
+            OutPart::Call {
+                function_call: OutCall {
+                    id,
+                    name,
+                    args: out_args(arguments, false)?,
+                },
+            }
+        }
+        Part::ToolResult {
+            call_id,
+            content,
+            is_error,
+        } => {
+            let name = names
+                .iter()
+                .find(|(id, _)| id == call_id)
+                .map_or(call_id.as_str(), |(_, n)| n);
+            let key = if *is_error { "error" } else { "result" };
+            OutPart::Response {
+                function_response: OutFunctionResponse {
+                    id: call_id,
+                    name,
+                    response: json!({ key: content }),
+                },
+            }
+        }
+    })
+}
+
+/// The system texts → `systemInstruction` (none when there are none).
+fn out_system(system: &[String]) -> Option<OutContent<'_>> {
+    (!system.is_empty()).then(|| OutContent {
         role: None,
-        parts: req
-            .system
-            .iter()
-            .map(|t| OutPart::Text { text: t })
-            .collect(),
-    });
-    let decls = req
-        .tools
+        parts: system.iter().map(|t| OutPart::Text { text: t }).collect(),
+    })
+}
+
+/// Canonical tools → one `functionDeclarations` group (none when there are no tools).
+fn out_tools(tools: &[Tool]) -> Result<Option<Vec<OutToolGroup<'_>>>, TranslateError> {
+    let decls = tools
         .iter()
         .map(|t| {
             Ok(OutDecl {
@@ -314,7 +402,16 @@ pub fn request_body(req: &ChatRequest) -> Result<Bytes, TranslateError> {
             })
         })
         .collect::<Result<Vec<_>, TranslateError>>()?;
-    let tool_config = req.tool_choice.as_ref().map(|c| {
+    Ok((!decls.is_empty()).then(|| {
+        vec![OutToolGroup {
+            function_declarations: decls,
+        }]
+    }))
+}
+
+/// The canonical tool choice → `toolConfig` (a forced function is `ANY` allowing only it).
+fn out_tool_config(choice: Option<&ToolChoice>) -> Option<Value> {
+    choice.map(|c| {
         let fc = match c {
             ToolChoice::Auto => json!({"mode": "AUTO"}),
             ToolChoice::Any => json!({"mode": "ANY"}),
@@ -322,7 +419,11 @@ pub fn request_body(req: &ChatRequest) -> Result<Bytes, TranslateError> {
             ToolChoice::Tool(n) => json!({"mode": "ANY", "allowedFunctionNames": [n]}),
         };
         json!({ "functionCallingConfig": fc })
-    });
+    })
+}
+
+/// Sampling, limits, stops and the output schema → `generationConfig` (none when all are unset).
+fn out_generation(req: &ChatRequest) -> Result<Option<OutGeneration<'_>>, TranslateError> {
     let schema = match &req.json_schema {
         Some(s) => Some(raw_json(&s.schema, "json_schema")?),
         None => None,
@@ -335,25 +436,12 @@ pub fn request_body(req: &ChatRequest) -> Result<Bytes, TranslateError> {
         response_mime_type: schema.is_some().then_some("application/json"),
         response_json_schema: schema,
     };
-    let empty_g = g.temperature.is_none()
+    let empty = g.temperature.is_none()
         && g.top_p.is_none()
         && g.max_output_tokens.is_none()
         && g.stop_sequences.is_none()
         && g.response_json_schema.is_none();
-    let body = OutRequest {
-        contents,
-        system_instruction: system,
-        tools: (!decls.is_empty()).then(|| {
-            vec![OutToolGroup {
-                function_declarations: decls,
-            }]
-        }),
-        tool_config,
-        generation_config: (!empty_g).then_some(g),
-    };
-    serde_json::to_vec(&body)
-        .map(Bytes::from)
-        .map_err(|e| terr(format!("rendering gemini body: {e}")))
+    Ok((!empty).then_some(g))
 }
 
 #[derive(Deserialize)]

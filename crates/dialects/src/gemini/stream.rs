@@ -10,7 +10,10 @@ use crate::common::concat;
 use crate::sse;
 use crate::Usage;
 
-use super::response::{error_json, out_response, part_of, status_name, stop_from_wire, WResponse};
+use super::response::{
+    error_json, out_response, part_of, status_name, stop_from_wire, WCandidate, WError, WResponse,
+    WUsage,
+};
 use super::wire::{out_args, OutCall, OutPart};
 
 fn empty_args() -> Box<RawValue> {
@@ -74,27 +77,10 @@ impl StreamDecoder {
             return;
         };
         if let Some(e) = w.error {
-            let status = e.code.and_then(|c| u16::try_from(c).ok()).unwrap_or(500);
-            out.push(StreamEvent::Error {
-                status,
-                error_type: e.status.unwrap_or_else(|| "INTERNAL".into()),
-                message: e.message.unwrap_or_default(),
-            });
-            self.finished = true;
+            self.fail(e, out);
             return;
         }
-        let has_usage = w.usage_metadata.is_some();
-        if let Some(u) = w.usage_metadata {
-            self.usage = Some(u.canonical());
-        }
-        if !self.started {
-            self.started = true;
-            out.push(StreamEvent::Start {
-                id: w.response_id,
-                model: w.model_version,
-                input_tokens: self.usage.map(|u| u.input_tokens),
-            });
-        }
+        let has_usage = self.begin(w.usage_metadata, w.response_id, w.model_version, out);
         if let Some(reason) = self.held {
             if has_usage {
                 self.held = None;
@@ -105,25 +91,69 @@ impl StreamDecoder {
         let cand = w.candidates.into_iter().next();
         let blocked = cand.is_none() && w.prompt_feedback.is_some_and(|f| f.block_reason.is_some());
         let reason = cand.as_ref().and_then(|c| c.finish_reason.clone());
+        self.parts(cand, out);
+        if reason.is_none() && !blocked {
+            return;
+        }
+        let reason = if blocked {
+            StopReason::ContentFilter
+        } else {
+            stop_from_wire(reason.as_deref(), self.saw_call)
+        };
+        self.close_text(out);
+        if has_usage {
+            self.stop(reason, out);
+        } else {
+            self.held = Some(reason);
+        }
+    }
+
+    /// An `{"error": …}` chunk: an in-stream error, and the stream is over.
+    fn fail(&mut self, e: WError, out: &mut Vec<StreamEvent>) {
+        let status = e.code.and_then(|c| u16::try_from(c).ok()).unwrap_or(500);
+        out.push(StreamEvent::Error {
+            status,
+            error_type: e.status.unwrap_or_else(|| "INTERNAL".into()),
+            message: e.message.unwrap_or_default(),
+        });
+        self.finished = true;
+    }
+
+    /// Records a chunk's usage and, on the first chunk, starts the stream; whether the chunk
+    /// carried usage.
+    fn begin(
+        &mut self,
+        usage: Option<WUsage>,
+        id: String,
+        model: String,
+        out: &mut Vec<StreamEvent>,
+    ) -> bool {
+        let has_usage = usage.is_some();
+        if let Some(u) = usage {
+            self.usage = Some(u.canonical());
+        }
+        if !self.started {
+            self.started = true;
+            out.push(StreamEvent::Start {
+                id,
+                model,
+                input_tokens: self.usage.map(|u| u.input_tokens),
+            });
+        }
+        has_usage
+    }
+
+    /// The candidate's parts: text extends the open text block (opening one if needed); each
+    /// function call is a whole block of its own.
+    fn parts(&mut self, cand: Option<WCandidate>, out: &mut Vec<StreamEvent>) {
         for p in cand
             .and_then(|c| c.content)
             .map(|c| c.parts)
             .unwrap_or_default()
         {
             match part_of(p, &mut self.calls) {
-                Some(Part::Text(t)) => {
-                    if t.is_empty() {
-                        continue;
-                    }
-                    let index = match self.text_block {
-                        Some(i) => i,
-                        None => {
-                            let i = self.next_block;
-                            self.next_block += 1;
-                            self.text_block = Some(i);
-                            i
-                        }
-                    };
+                Some(Part::Text(t)) if !t.is_empty() => {
+                    let index = self.text_index();
                     out.push(StreamEvent::TextDelta { index, text: t });
                 }
                 Some(Part::ToolCall {
@@ -142,19 +172,18 @@ impl StreamDecoder {
                 _ => {}
             }
         }
-        if reason.is_none() && !blocked {
-            return;
-        }
-        let reason = if blocked {
-            StopReason::ContentFilter
-        } else {
-            stop_from_wire(reason.as_deref(), self.saw_call)
-        };
-        self.close_text(out);
-        if has_usage {
-            self.stop(reason, out);
-        } else {
-            self.held = Some(reason);
+    }
+
+    /// The open text block's index, opening one when none is open.
+    fn text_index(&mut self) -> usize {
+        match self.text_block {
+            Some(i) => i,
+            None => {
+                let i = self.next_block;
+                self.next_block += 1;
+                self.text_block = Some(i);
+                i
+            }
         }
     }
 

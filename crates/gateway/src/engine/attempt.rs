@@ -92,6 +92,21 @@ pub struct Attempt {
     pub response: Option<Upstream>,
 }
 
+impl Attempt {
+    /// An attempt that failed before anything was sent (no time taken, no answer).
+    pub fn unsent(kind: sidetrack_resilience::ErrorKind, detail: String) -> Attempt {
+        Attempt {
+            outcome: Outcome::Error(kind),
+            retry_after: None,
+            class: None,
+            detail: Some(detail),
+            duration: Duration::ZERO,
+            first_byte: None,
+            response: None,
+        }
+    }
+}
+
 /// What an attempt got back, if it got an HTTP answer.
 pub enum Upstream {
     /// A whole body (error statuses; a failed stream's held bytes).

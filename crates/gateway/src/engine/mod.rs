@@ -15,8 +15,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::HeaderValue;
+use http_body_util::Full;
 use sidetrack_config::{BreakerMode, RetryBudgetPolicy, StreamCommit};
-use sidetrack_dialects::ParsedRequest;
+use sidetrack_dialects::{Dialect, ParsedRequest};
 use sidetrack_resilience::retry::{self, AttemptKind, RetryDecision, RetryInputs, StoppedBy};
 use sidetrack_resilience::walk::{self, Admitted, Ineligible, Skip, Standing};
 use sidetrack_resilience::{ConditionInput, ErrorKind, Outcome, UnhealthyCondition};
@@ -719,83 +722,96 @@ async fn attempt_one(
     input: &WalkInput<'_, '_>,
 ) -> Result<attempt::Attempt, String> {
     let format = providers::format_for_dest(dest.target, &dest.model, input.request.dialect);
-    let mut body = translate::request_body(format, input.request, &dest.model).map_err(|e| e.0)?;
+    let (body, strip_usage) = outbound_body(format, dest, input)?;
+    // A provider's token (Vertex) before the request: its endpoint failing is this attempt's
+    // CONNECTION_ERROR, so the walk falls back.
+    let bearer = match input.upstreams.bearer(dest.target_index).await {
+        Ok(b) => b,
+        Err(detail) => return Ok(attempt::Attempt::unsent(ErrorKind::ConnectionError, detail)),
+    };
+    // The request and the spec are built in a block that ends before the await: the attempt's
+    // future then keeps the running attempt only, not also the request's build result or the spec.
+    Ok({
+        let request = match outbound_request(format, dest, input, body, bearer) {
+            Ok(r) => r,
+            Err(detail) => return Ok(attempt::Attempt::unsent(ErrorKind::Unroutable, detail)),
+        };
+        let spec = attempt_spec(format, dest, hop, input, strip_usage);
+        attempt::run(input.upstreams.client(dest.target_index), request, spec)
+    }
+    .await)
+}
+
+/// Phase "translate": the request in the destination's `format`, and whether the gateway asked
+/// for a usage chunk the caller did not (the stream pipe then keeps it from the caller). `Err`:
+/// the format cannot carry the request.
+fn outbound_body(
+    format: Dialect,
+    dest: &Dest<'_>,
+    input: &WalkInput<'_, '_>,
+) -> Result<(Bytes, bool), String> {
+    let body = translate::request_body(format, input.request, &dest.model).map_err(|e| e.0)?;
     // Token limits and usage records need the usage of every stream: an OpenAI chat upstream is
     // asked for it, and it is kept from a caller that did not ask (SPEC §14).
-    let chat = sidetrack_dialects::Dialect::OpenAiChat;
+    let chat = Dialect::OpenAiChat;
     let strip_usage = format == chat
         && input.request.dialect == chat
         && input.request.stream
         && input.request.stream_usage != Some(true);
     if strip_usage {
-        body = input.request.asking_stream_usage(body);
+        return Ok((input.request.asking_stream_usage(body), true));
     }
-    // The spec is built in a block that ends before the await: the attempt's future then keeps
-    // the running attempt only, not also the request's build result or the spec.
-    // A provider's token (Vertex) before the request: its endpoint failing is this attempt's
-    // CONNECTION_ERROR, so the walk falls back.
-    let bearer = match input.upstreams.bearer(dest.target_index).await {
-        Ok(b) => b,
-        Err(detail) => {
-            return Ok(attempt::Attempt {
-                outcome: Outcome::Error(ErrorKind::ConnectionError),
-                retry_after: None,
-                class: None,
-                detail: Some(detail),
-                duration: Duration::ZERO,
-                first_byte: None,
-                response: None,
-            })
-        }
-    };
-    Ok({
-        let request = match providers::request(providers::Outbound {
-            target: dest.target,
-            endpoint: input.upstreams.endpoint(dest.target_index),
-            model: &dest.model,
-            format,
-            body,
-            stream: input.request.stream,
-            caller_headers: input.caller_headers,
-            bearer,
-        }) {
-            Ok(r) => r,
-            Err(e) => {
-                return Ok(attempt::Attempt {
-                    outcome: Outcome::Error(ErrorKind::Unroutable),
-                    retry_after: None,
-                    class: None,
-                    detail: Some(e.0),
-                    duration: Duration::ZERO,
-                    first_byte: None,
-                    response: None,
-                })
-            }
-        };
-        let client = input.upstreams.client(dest.target_index);
-        attempt::run(
-            client,
-            request,
-            attempt::AttemptSpec {
-                upstream: format,
-                caller: input.request.dialect,
-                response_id: input.request_id,
-                model: &dest.model,
-                first_byte_timeout: hop.policy.first_byte_timeout,
-                // SPEC §11: a first-token timeout applies to streamed requests only.
-                first_token_timeout: hop
-                    .policy
-                    .first_token_timeout
-                    .filter(|_| input.request.stream),
-                stream_idle_timeout: hop.policy.stream_idle_timeout,
-                deadline: input.deadline,
-                stream_commit: input.stream_commit,
-                bounds: input.bounds,
-                strip_usage,
-                caller_usage: input.request.stream_usage == Some(true),
-                base64_embeddings: input.request.features.base64_embeddings,
-            },
-        )
+    Ok((body, false))
+}
+
+/// The HTTP request for the destination (its provider's URL, auth and headers). `Err`: it cannot
+/// be built (an unroutable destination).
+fn outbound_request(
+    format: Dialect,
+    dest: &Dest<'_>,
+    input: &WalkInput<'_, '_>,
+    body: Bytes,
+    bearer: Option<HeaderValue>,
+) -> Result<http::Request<Full<Bytes>>, String> {
+    providers::request(providers::Outbound {
+        target: dest.target,
+        endpoint: input.upstreams.endpoint(dest.target_index),
+        model: &dest.model,
+        format,
+        body,
+        stream: input.request.stream,
+        caller_headers: input.caller_headers,
+        bearer,
+    })
+    .map_err(|e| e.0)
+}
+
+/// What the attempt needs besides the request: the formats, the hop's timeouts, the request's
+/// deadline and bounds, and the caller's stream usage and embeddings choices.
+fn attempt_spec<'a>(
+    format: Dialect,
+    dest: &'a Dest<'_>,
+    hop: &Hop<'_>,
+    input: &'a WalkInput<'_, '_>,
+    strip_usage: bool,
+) -> attempt::AttemptSpec<'a> {
+    attempt::AttemptSpec {
+        upstream: format,
+        caller: input.request.dialect,
+        response_id: input.request_id,
+        model: &dest.model,
+        first_byte_timeout: hop.policy.first_byte_timeout,
+        // SPEC §11: a first-token timeout applies to streamed requests only.
+        first_token_timeout: hop
+            .policy
+            .first_token_timeout
+            .filter(|_| input.request.stream),
+        stream_idle_timeout: hop.policy.stream_idle_timeout,
+        deadline: input.deadline,
+        stream_commit: input.stream_commit,
+        bounds: input.bounds,
+        strip_usage,
+        caller_usage: input.request.stream_usage == Some(true),
+        base64_embeddings: input.request.features.base64_embeddings,
     }
-    .await)
 }
