@@ -18,21 +18,12 @@ use crate::request::ParsedRequest;
 pub const BATCH_EMBED: &str = "batchEmbedContents";
 /// The most requests Google AI takes in one `batchEmbedContents` call.
 pub const MAX_TEXTS: usize = 100;
-/// How every body [`request_body`] writes begins (`requests` is its only member); the provider
-/// tells an embeddings body from a `generateContent` one by it ([`is_batch_body`]).
-const PREFIX: &[u8] = br#"{"requests":["#;
 
 /// The path of an embeddings call for `model` under `version` (`v1beta`); the model is
 /// percent-encoded as a path segment, as for `generateContent`.
 pub fn path(version: &str, model: &str) -> String {
     let model = crate::bedrock::encode_model_id(model);
     format!("/{version}/models/{model}:{BATCH_EMBED}")
-}
-
-/// Whether `body` is a `batchEmbedContents` body written by [`request_body`]. A Gemini caller's
-/// own `generateContent` body never is: [`super::parse_request`] refuses a top-level `requests`.
-pub fn is_batch_body(body: &[u8]) -> bool {
-    body.starts_with(PREFIX)
 }
 
 #[derive(Serialize)]
@@ -134,7 +125,11 @@ mod tests {
     fn body_of(body: &str, model: &str) -> Value {
         let req = parse(body);
         let out = crate::openai_embeddings::request_body(Dialect::Gemini, &req, model).unwrap();
-        assert!(is_batch_body(&out), "{}", String::from_utf8_lossy(&out));
+        assert!(
+            out.starts_with(br#"{"requests":["#),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
         serde_json::from_slice(&out).unwrap()
     }
 
@@ -180,8 +175,6 @@ mod tests {
         assert!(
             crate::openai_embeddings::request_body(Dialect::Gemini, &parse(&most), "g").is_ok()
         );
-        // A chat body is not a batch body.
-        assert!(!is_batch_body(br#"{"contents":[]}"#));
     }
 
     #[test]

@@ -42,14 +42,6 @@ pub fn parse_request(model: &str, body: Bytes, stream: bool) -> Result<ParsedReq
     }
     crate::request::check_model_name(model)?;
     let (_, top) = parse_top(&body)?;
-    // `requests` is no member of a GenerateContentRequest, and a body opening with it would be
-    // taken for an embeddings body on the way out (`embeddings::is_batch_body`).
-    if embeddings::is_batch_body(&body) {
-        return Err(ParseError::BadField {
-            field: "requests",
-            expected: "absent (not a generateContent member)",
-        });
-    }
     let present = |raw: Option<&RawValue>| {
         raw.is_some_and(|r| !matches!(r.get().trim(), "null" | "[]" | "{}"))
     };
@@ -155,17 +147,5 @@ mod tests {
         .unwrap();
         assert_eq!(p.features.guardrail, None);
         assert!(p.stream);
-    }
-
-    #[test]
-    fn a_body_that_reads_as_an_embeddings_batch_is_refused() {
-        let body = Bytes::from_static(br#"{"requests":[{"model":"models/g"}]}"#);
-        assert!(matches!(
-            parse_request("g", body, false),
-            Err(ParseError::BadField {
-                field: "requests",
-                ..
-            })
-        ));
     }
 }

@@ -780,6 +780,7 @@ fn outbound_request(
         format,
         body,
         stream: input.request.stream,
+        embeddings: input.request.dialect == Dialect::OpenAiEmbeddings,
         caller_headers: input.caller_headers,
         bearer,
     })

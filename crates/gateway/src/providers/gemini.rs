@@ -3,8 +3,7 @@
 //! (`/v1beta/models/{model}:generateContent`, `:streamGenerateContent?alt=sse` for a stream) and
 //! the key in `x-goog-api-key`. The body is the Gemini dialect's (`sidetrack_dialects::gemini`),
 //! which Vertex's Gemini models share. An OpenAI embeddings request goes to
-//! `/v1beta/models/{model}:batchEmbedContents` (its body is told apart by
-//! `gemini::embeddings::is_batch_body`, which no caller's `generateContent` body passes).
+//! `/v1beta/models/{model}:batchEmbedContents`.
 
 use bytes::Bytes;
 use http::header::ACCEPT;
@@ -20,7 +19,7 @@ static API_KEY: HeaderName = HeaderName::from_static("x-goog-api-key");
 
 pub fn request(out: Outbound<'_>) -> Result<http::Request<Full<Bytes>>, BuildError> {
     use sidetrack_dialects::gemini;
-    let path = if gemini::embeddings::is_batch_body(&out.body) {
+    let path = if out.embeddings {
         gemini::embeddings::path(VERSION, out.model)
     } else {
         gemini::path(VERSION, out.model, out.stream)

@@ -239,6 +239,9 @@ pub struct Outbound<'a> {
     pub format: Dialect,
     pub body: Bytes,
     pub stream: bool,
+    /// The caller asked for embeddings (`POST /v1/embeddings`): providers whose embeddings
+    /// endpoint differs from their chat one by more than the format pick it by this.
+    pub embeddings: bool,
     /// The caller's headers, for the few that are forwarded (`anthropic-version`, `anthropic-beta`;
     /// Bedrock's `x-amzn-bedrock-guardrailidentifier`, `-guardrailversion`, `-trace`).
     pub caller_headers: &'a HeaderMap,
