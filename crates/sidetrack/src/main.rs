@@ -11,12 +11,6 @@ use clap::{Parser, Subcommand};
 use sidetrack_config::Config;
 use sidetrack_gateway::RoutingLog;
 
-/// mimalloc instead of the system allocator: a request allocates and frees a few dozen small
-/// blocks, many of them freed on another thread (routing records on the log's writer), where
-/// glibc's malloc spends most of its time. See docs/decisions/0003-hot-path.md.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(
     name = "sidetrack",
