@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{run_sdk, start, streamed_text, Env, Reply};
+use common::{down, reply, run_sdk, start, streamed_text, Env, Reply};
 use serde_json::{json, Value};
 use sidetrack_mock::{Behaviour, MockConfig};
 
@@ -34,21 +34,6 @@ rules:
 }
 
 const LAST_RESORT: &str = "cache:\n  mode: lastResort\n";
-
-fn reply(text: &str) -> Behaviour {
-    Behaviour {
-        reply: Some(text.to_owned()),
-        ..Behaviour::default()
-    }
-}
-
-fn down() -> Behaviour {
-    Behaviour {
-        status: Some(503),
-        retry_after_seconds: Some(7),
-        ..Behaviour::default()
-    }
-}
 
 /// Every provider answers 503 from now on.
 fn all_down(env: &Env) {

@@ -10,7 +10,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{start, Env, Reply};
+use common::{down, reply, start, Env, Reply};
 use serde_json::json;
 use sidetrack_mock::{Behaviour, MockConfig};
 
@@ -44,21 +44,6 @@ const STORED: &str = "please tell me the capital city of france today";
 const NEAR: &str = "please tell me the capital of france today";
 /// No word in common.
 const FAR: &str = "how do volcanoes form under oceans";
-
-fn reply(text: &str) -> Behaviour {
-    Behaviour {
-        reply: Some(text.to_owned()),
-        ..Behaviour::default()
-    }
-}
-
-fn down() -> Behaviour {
-    Behaviour {
-        status: Some(503),
-        retry_after_seconds: Some(7),
-        ..Behaviour::default()
-    }
-}
 
 async fn ask(env: &Env, q: &str) -> Reply {
     let body = json!({"model": "m", "max_tokens": 64,

@@ -12,7 +12,7 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{start, streamed_text, Env, Reply};
+use common::{down, reply, start, streamed_text, Env, Reply};
 use serde_json::json;
 use sidetrack_mock::{Behaviour, MockConfig};
 
@@ -89,21 +89,6 @@ rules:
 
 fn prefix(tag: &str) -> String {
     format!("t{}{tag}:", std::process::id())
-}
-
-fn reply(text: &str) -> Behaviour {
-    Behaviour {
-        reply: Some(text.to_owned()),
-        ..Behaviour::default()
-    }
-}
-
-fn down() -> Behaviour {
-    Behaviour {
-        status: Some(503),
-        retry_after_seconds: Some(7),
-        ..Behaviour::default()
-    }
 }
 
 /// A replica whose provider answers `m-a` with `b`.

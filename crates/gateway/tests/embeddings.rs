@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{behaviours, run_sdk, start, status, Env};
+use common::{behaviours, cosine, floats, run_sdk, start, status, Env};
 use serde_json::json;
 use sidetrack_mock::MockConfig;
 
@@ -36,32 +36,12 @@ rules:
       staticRoute: { target: aws, model: cohere.embed-english-v3 }
 "#;
 
-async fn embed(env: &Env, body: serde_json::Value) -> common::Reply {
-    env.post("/v1/embeddings", body, &[]).await
-}
-
-fn cosine(a: &[f64], b: &[f64]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let n = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
-    dot / (n(a) * n(b))
-}
-
-fn floats(v: &serde_json::Value) -> Vec<f64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect()
-}
-
 #[tokio::test]
 async fn an_openai_target_serves_vectors_with_usage_and_a_routing_record() {
     let env = start(CONFIG, MockConfig::default()).await;
-    let r = embed(
-        &env,
-        json!({"model": "text-embedding-3-small", "input": ["the red fox", "sleeps"]}),
-    )
-    .await;
+    let r = env
+        .embed(json!({"model": "text-embedding-3-small", "input": ["the red fox", "sleeps"]}))
+        .await;
     assert_eq!(r.status, 200, "{}", r.body);
     let v = r.json();
     assert_eq!(v["object"], "list");
@@ -83,17 +63,13 @@ async fn an_openai_target_serves_vectors_with_usage_and_a_routing_record() {
     assert_eq!(sent["path"], "/v1/embeddings");
 
     // `dimensions` passes through; the same text gives the same vector.
-    let r = embed(
-        &env,
-        json!({"model": "emb-small", "input": "the red fox", "dimensions": 256}),
-    )
-    .await;
+    let r = env
+        .embed(json!({"model": "emb-small", "input": "the red fox", "dimensions": 256}))
+        .await;
     assert_eq!(floats(&r.json()["data"][0]["embedding"]).len(), 256);
-    let again = embed(
-        &env,
-        json!({"model": "emb-small", "input": "the red fox", "dimensions": 256}),
-    )
-    .await;
+    let again = env
+        .embed(json!({"model": "emb-small", "input": "the red fox", "dimensions": 256}))
+        .await;
     assert_eq!(r.json()["data"], again.json()["data"]);
     // The AgentCore prefix serves it too.
     let r = env
@@ -109,11 +85,11 @@ async fn an_openai_target_serves_vectors_with_usage_and_a_routing_record() {
 #[tokio::test]
 async fn a_503_openai_primary_falls_back_to_bedrock_titan() {
     let env = start(CONFIG, behaviours(&[("emb-down", status(503))])).await;
-    let r = embed(
-        &env,
-        json!({"model": "embed", "input": "the red fox sleeps", "encoding_format": "base64"}),
-    )
-    .await;
+    let r = env
+        .embed(
+            json!({"model": "embed", "input": "the red fox sleeps", "encoding_format": "base64"}),
+        )
+        .await;
     assert_eq!(r.status, 200, "{}", r.body);
     let v = r.json();
     let b64 = v["data"][0]["embedding"].as_str().unwrap();
@@ -147,8 +123,7 @@ async fn a_503_openai_primary_falls_back_to_bedrock_titan() {
 #[tokio::test]
 async fn cohere_via_bedrock_embeds_every_text_in_one_call() {
     let env = start(CONFIG, MockConfig::default()).await;
-    let r = embed(
-        &env,
+    let r = env.embed(
         json!({"model": "cohere", "input": ["a b c d e f g h i j", "a b c d e f g h i k", "zz yy"]}),
     )
     .await;
@@ -182,7 +157,7 @@ async fn a_bad_request_gets_an_openai_400_and_no_upstream_call() {
         ),
         (json!({"input": "x"}), "model"),
     ] {
-        let r = embed(&env, body).await;
+        let r = env.embed(body).await;
         assert_eq!(r.status, 400, "{}", r.body);
         let e = &r.json()["error"];
         assert_eq!(e["type"], "invalid_request_error");
@@ -195,11 +170,15 @@ async fn a_bad_request_gets_an_openai_400_and_no_upstream_call() {
 async fn an_array_input_to_a_titan_only_route_is_ineligible_not_fanned_out() {
     let env = start(CONFIG, MockConfig::default()).await;
     // One text in an array is fine.
-    let r = embed(&env, json!({"model": "titan", "input": ["just one"]})).await;
+    let r = env
+        .embed(json!({"model": "titan", "input": ["just one"]}))
+        .await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(floats(&r.json()["data"][0]["embedding"]).len(), 1024);
     // Two texts: Titan takes one per call, so the destination is skipped, never called.
-    let r = embed(&env, json!({"model": "titan", "input": ["one", "two"]})).await;
+    let r = env
+        .embed(json!({"model": "titan", "input": ["one", "two"]}))
+        .await;
     // SPEC §5.3: nothing on the route could be attempted → 503 `noEligibleDestination`, and the
     // message says why.
     assert_eq!(r.status, 503, "{}", r.body);
@@ -258,11 +237,11 @@ async fn a_failing_embeddings_primary_opens_its_breaker_and_is_skipped() {
     )
     .await;
     for _ in 0..5 {
-        let r = embed(&env, json!({"model": "embed", "input": "x"})).await;
+        let r = env.embed(json!({"model": "embed", "input": "x"})).await;
         assert_eq!(r.status, 200);
     }
     assert_eq!(env.breaker("oai", "emb-down").await, "OPEN");
-    let r = embed(&env, json!({"model": "embed", "input": "x"})).await;
+    let r = env.embed(json!({"model": "embed", "input": "x"})).await;
     assert_eq!(r.status, 200);
     let rec = env.record(6).await;
     assert_eq!(Env::route(&rec), [format!("aws/{TITAN}")]);
@@ -278,14 +257,14 @@ async fn failfirst_on_the_mock_fails_then_serves_embeddings() {
         ..sidetrack_mock::Behaviour::default()
     };
     let env = start(CONFIG, behaviours(&[(TITAN, flaky)])).await;
-    let r = embed(&env, json!({"model": "titan", "input": "x"})).await;
+    let r = env.embed(json!({"model": "titan", "input": "x"})).await;
     assert_eq!(r.status, 500, "{}", r.body);
     assert_eq!(
         r.json()["error"]["type"],
         "server_error",
         "Bedrock's error in OpenAI's shape"
     );
-    let r = embed(&env, json!({"model": "titan", "input": "x"})).await;
+    let r = env.embed(json!({"model": "titan", "input": "x"})).await;
     assert_eq!(r.status, 200, "{}", r.body);
 }
 
@@ -300,7 +279,9 @@ async fn a_bedrock_embeddings_destination_without_a_key_signs_with_sigv4() {
     );
     let yaml = CONFIG.replace(", apiKey: bedrock-key", "");
     let env = start(&yaml, MockConfig::default()).await;
-    let r = embed(&env, json!({"model": "cohere", "input": "signed"})).await;
+    let r = env
+        .embed(json!({"model": "cohere", "input": "signed"}))
+        .await;
     assert_eq!(r.status, 200, "{}", r.body);
     let sent = env.mock.last_request(COHERE).unwrap();
     assert_eq!(sent["auth"], "sigv4");

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{behaviours, run_sdk, start, status, Env};
+use common::{behaviours, cosine, floats, run_sdk, start, status, Env};
 use serde_json::json;
 use sidetrack_mock::MockConfig;
 
@@ -42,33 +42,13 @@ rules:
       staticRoute: { target: oai }
 "#;
 
-async fn embed(env: &Env, body: serde_json::Value) -> common::Reply {
-    env.post("/v1/embeddings", body, &[]).await
-}
-
-fn cosine(a: &[f64], b: &[f64]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let n = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
-    dot / (n(a) * n(b))
-}
-
-fn floats(v: &serde_json::Value) -> Vec<f64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect()
-}
-
 #[tokio::test]
 async fn a_gemini_target_serves_the_mocks_vectors_in_openai_shape() {
     let env = start(CONFIG, MockConfig::default()).await;
     let texts = ["a b c d e f g h i j", "a b c d e f g h i k", "zz yy"];
-    let r = embed(
-        &env,
-        json!({"model": GEM, "input": texts, "dimensions": 64}),
-    )
-    .await;
+    let r = env
+        .embed(json!({"model": GEM, "input": texts, "dimensions": 64}))
+        .await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(
         r.header("x-sidetrack-served-by"),
@@ -91,11 +71,9 @@ async fn a_gemini_target_serves_the_mocks_vectors_in_openai_shape() {
     assert_eq!(v["usage"], json!({"prompt_tokens": 0, "total_tokens": 0}));
 
     // The very vectors the mock serves on OpenAI's own endpoint (passed through untouched).
-    let reference = embed(
-        &env,
-        json!({"model": "emb-ref", "input": texts, "dimensions": 64}),
-    )
-    .await;
+    let reference = env
+        .embed(json!({"model": "emb-ref", "input": texts, "dimensions": 64}))
+        .await;
     assert_eq!(reference.status, 200, "{}", reference.body);
     let reference = reference.json();
     for i in 0..3 {
@@ -129,13 +107,11 @@ async fn a_gemini_target_serves_the_mocks_vectors_in_openai_shape() {
 
     // A single string, the model's default width (gemini-embedding-001: 3072; the older
     // text-embedding-004: 768).
-    let r = embed(&env, json!({"model": GEM, "input": "hello"})).await;
+    let r = env.embed(json!({"model": GEM, "input": "hello"})).await;
     assert_eq!(floats(&r.json()["data"][0]["embedding"]).len(), 3072);
-    let r = embed(
-        &env,
-        json!({"model": "text-embedding-004", "input": "hello"}),
-    )
-    .await;
+    let r = env
+        .embed(json!({"model": "text-embedding-004", "input": "hello"}))
+        .await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(floats(&r.json()["data"][0]["embedding"]).len(), 768);
 }
@@ -169,11 +145,9 @@ async fn the_openai_sdk_decodes_base64_vectors_from_a_gemini_target() {
 #[tokio::test]
 async fn a_503_openai_primary_falls_back_to_gemini() {
     let env = start(CONFIG, behaviours(&[("emb-down", status(503))])).await;
-    let r = embed(
-        &env,
-        json!({"model": "to-gemini", "input": "the red fox sleeps"}),
-    )
-    .await;
+    let r = env
+        .embed(json!({"model": "to-gemini", "input": "the red fox sleeps"}))
+        .await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(
         r.header("x-sidetrack-served-by"),
@@ -198,7 +172,9 @@ async fn a_503_openai_primary_falls_back_to_gemini() {
 async fn a_gemini_429_or_500_falls_back_to_the_next_destination() {
     for code in [429, 500] {
         let env = start(CONFIG, behaviours(&[("gemini-flaky", status(code))])).await;
-        let r = embed(&env, json!({"model": "to-openai", "input": ["a", "b"]})).await;
+        let r = env
+            .embed(json!({"model": "to-openai", "input": ["a", "b"]}))
+            .await;
         assert_eq!(r.status, 200, "{code}: {}", r.body);
         assert_eq!(r.header("x-sidetrack-served-by"), Some("oai/emb-up"));
         let v = r.json();
@@ -231,7 +207,9 @@ async fn a_gemini_429_or_500_falls_back_to_the_next_destination() {
 #[tokio::test]
 async fn a_google_error_reaches_the_caller_in_openai_shape() {
     let env = start(CONFIG, behaviours(&[("gemini-bad", status(400))])).await;
-    let r = embed(&env, json!({"model": "gemini-bad", "input": "x"})).await;
+    let r = env
+        .embed(json!({"model": "gemini-bad", "input": "x"}))
+        .await;
     assert_eq!(r.status, 400, "{}", r.body);
     let e = &r.json()["error"];
     assert_eq!(e["type"], "invalid_request_error", "{e}");
@@ -240,7 +218,7 @@ async fn a_google_error_reaches_the_caller_in_openai_shape() {
         "{e}"
     );
     // Token arrays cannot be sent to Google: the destination is skipped, never called.
-    let r = embed(&env, json!({"model": GEM, "input": [[1, 2, 3]]})).await;
+    let r = env.embed(json!({"model": GEM, "input": [[1, 2, 3]]})).await;
     assert_eq!(r.status, 503, "{}", r.body);
     assert_eq!(r.json()["error"]["code"], "no_eligible_destination");
     let rec = env.record(2).await;
@@ -265,7 +243,9 @@ rules:
       staticRoute: { target: vx }
 "#;
     let env = start(yaml, MockConfig::default()).await;
-    let r = embed(&env, json!({"model": "gemini-embedding-001", "input": "x"})).await;
+    let r = env
+        .embed(json!({"model": "gemini-embedding-001", "input": "x"}))
+        .await;
     assert_eq!(r.status, 503, "{}", r.body);
     assert_eq!(r.json()["error"]["code"], "no_eligible_destination");
     let rec = env.record(1).await;

@@ -338,6 +338,30 @@ fn hex(bytes: &[u8; 32]) -> String {
 /// Gives back a mirror write's slot when the write ends (or its task is dropped).
 struct WriteSlot(Arc<AtomicUsize>);
 
+impl WriteSlot {
+    /// One of `limit` slots counted in `count`, or `None` when all are taken.
+    fn take(count: &Arc<AtomicUsize>, limit: usize) -> Option<WriteSlot> {
+        if count.fetch_add(1, Ordering::AcqRel) >= limit {
+            count.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(WriteSlot(count.clone()))
+    }
+}
+
+impl Mirror {
+    /// A slot for one background write, or `None` (the write is dropped and counted) when
+    /// [`MIRROR_WRITES_IN_FLIGHT`] are under way already.
+    fn write_slot(&self) -> Option<WriteSlot> {
+        let slot = WriteSlot::take(&self.in_flight, MIRROR_WRITES_IN_FLIGHT);
+        if slot.is_none() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.metrics.cache_mirror_dropped();
+        }
+        slot
+    }
+}
+
 impl Drop for WriteSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
@@ -418,11 +442,7 @@ impl Store {
     /// A slot for one store-time embedding, or `None` when [`EMBEDDINGS_IN_FLIGHT`] are under
     /// way already. The slot is given back when dropped.
     pub fn embedding_slot(&self) -> Option<impl Drop + Send + 'static> {
-        if self.embedding.fetch_add(1, Ordering::AcqRel) >= EMBEDDINGS_IN_FLIGHT {
-            self.embedding.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        Some(WriteSlot(self.embedding.clone()))
+        WriteSlot::take(&self.embedding, EMBEDDINGS_IN_FLIGHT)
     }
 
     /// The vector index of semantic lookup.
@@ -442,13 +462,9 @@ impl Store {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        if m.in_flight.fetch_add(1, Ordering::AcqRel) >= MIRROR_WRITES_IN_FLIGHT {
-            m.in_flight.fetch_sub(1, Ordering::AcqRel);
-            m.dropped.fetch_add(1, Ordering::Relaxed);
-            m.metrics.cache_mirror_dropped();
+        let Some(slot) = m.write_slot() else {
             return;
-        }
-        let slot = WriteSlot(m.in_flight.clone());
+        };
         let cap = self.memory.lock().bounds.max_entries;
         let (redis, metrics) = (m.redis.clone(), m.metrics.clone());
         let (partition, exact) = (key.partition, key.exact);
@@ -607,13 +623,9 @@ impl Store {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        if m.in_flight.fetch_add(1, Ordering::AcqRel) >= MIRROR_WRITES_IN_FLIGHT {
-            m.in_flight.fetch_sub(1, Ordering::AcqRel);
-            m.dropped.fetch_add(1, Ordering::Relaxed);
-            m.metrics.cache_mirror_dropped();
+        let Some(slot) = m.write_slot() else {
             return;
-        }
-        let slot = WriteSlot(m.in_flight.clone());
+        };
         // Encoded in the task: the request path only clones an `Arc`.
         let value = value.clone();
         let exact = key.exact;

@@ -108,6 +108,11 @@ pub async fn start_tuned(
 }
 
 impl Env {
+    /// `POST /v1/embeddings` with `body`.
+    pub async fn embed(&self, body: serde_json::Value) -> Reply {
+        self.post("/v1/embeddings", body, &[]).await
+    }
+
     pub async fn post(
         &self,
         path: &str,
@@ -209,6 +214,39 @@ pub async fn run_sdk_env(script: &str, args: &[&str], env: &[(&str, &str)]) -> s
 }
 
 /// The text content of an OpenAI chat SSE body.
+/// The mock answering `text`.
+pub fn reply(text: &str) -> Behaviour {
+    Behaviour {
+        reply: Some(text.to_owned()),
+        ..Behaviour::default()
+    }
+}
+
+/// The mock answering 503 with `Retry-After: 7`.
+pub fn down() -> Behaviour {
+    Behaviour {
+        status: Some(503),
+        retry_after_seconds: Some(7),
+        ..Behaviour::default()
+    }
+}
+
+/// Cosine similarity of two vectors.
+pub fn cosine(a: &[f64], b: &[f64]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let n = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    dot / (n(a) * n(b))
+}
+
+/// A JSON array of numbers as floats.
+pub fn floats(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
 pub fn streamed_text(sse: &str) -> String {
     sidetrack_dialects::openai_chat::stream_text(sse)
 }
