@@ -51,13 +51,6 @@ async fn ask(env: &Env, q: &str) -> Reply {
     env.post("/v1/chat/completions", body, &[]).await
 }
 
-fn text(r: &Reply) -> String {
-    r.json()["choices"][0]["message"]["content"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
-}
-
 /// Waits (bounded) until the vector index holds `n` questions (the store's embedding runs in a
 /// spawned task after the answer is kept).
 async fn wait_vectors(env: &Env, n: f64) {
@@ -83,7 +76,7 @@ async fn last_resort_serves_a_near_question_and_not_a_dissimilar_one() {
     let env = start(&config("lastResort", 2000), MockConfig::default()).await;
     env.mock.set_behaviour("m-a", reply("Paris."));
     let r = ask(&env, STORED).await;
-    assert_eq!((r.status, text(&r).as_str()), (200, "Paris."));
+    assert_eq!((r.status, r.chat_text().as_str()), (200, "Paris."));
     wait_vectors(&env, 1.0).await;
     assert_eq!(env.hits(EMB), 1, "the stored question was embedded once");
     env.mock.set_behaviour("m-a", down());
@@ -93,7 +86,7 @@ async fn last_resort_serves_a_near_question_and_not_a_dissimilar_one() {
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.header("x-sidetrack-cache"), Some("semantic-hit"));
     assert_eq!(r.header("x-sidetrack-served-by"), Some("cache"));
-    assert_eq!(text(&r), "Paris.");
+    assert_eq!(r.chat_text(), "Paris.");
     assert_eq!(env.hits("m-a"), 2, "lastResort: the walk ran first");
     assert_eq!(env.hits(EMB), 2, "the near question was embedded");
     let rec = env.record(2).await;
@@ -145,7 +138,7 @@ async fn always_answers_a_near_question_before_the_walk_and_reuses_the_lookup_ve
     let r = ask(&env, NEAR).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.header("x-sidetrack-cache"), Some("semantic-hit"));
-    assert_eq!(text(&r), "Paris, always.");
+    assert_eq!(r.chat_text(), "Paris, always.");
     assert_eq!(env.hits("m-a"), 1, "no walk");
     assert_eq!(env.hits(EMB), 2);
     assert_eq!(lookups(&env, "always", "semantic_hit").await, 1.0);
@@ -153,7 +146,7 @@ async fn always_answers_a_near_question_before_the_walk_and_reuses_the_lookup_ve
     // A dissimilar question walks and gets the provider's answer.
     env.mock.set_behaviour("m-a", reply("Magma."));
     let r = ask(&env, FAR).await;
-    assert_eq!((r.status, text(&r).as_str()), (200, "Magma."));
+    assert_eq!((r.status, r.chat_text().as_str()), (200, "Magma."));
     assert_eq!(r.header("x-sidetrack-cache"), None);
     assert_eq!(env.hits("m-a"), 2);
 }
@@ -164,7 +157,7 @@ async fn embeddings_down_leaves_the_store_exact_only_and_never_errs() {
     env.mock.set_behaviour(EMB, down());
     env.mock.set_behaviour("m-a", reply("Paris."));
     let r = ask(&env, STORED).await;
-    assert_eq!((r.status, text(&r).as_str()), (200, "Paris."));
+    assert_eq!((r.status, r.chat_text().as_str()), (200, "Paris."));
     env.wait_hits(EMB, 1).await; // the store's embedding was tried, and failed
     assert_eq!(env.metric("sidetrack_cache_vectors").await, 0.0);
     env.mock.set_behaviour("m-a", down());
@@ -191,7 +184,7 @@ async fn embeddings_down_leaves_the_store_exact_only_and_never_errs() {
     env.mock.set_behaviour("m-a", down());
     let r = ask(&env, "please tell me the capital of germany today").await;
     assert_eq!(r.header("x-sidetrack-cache"), Some("semantic-hit"));
-    assert_eq!(text(&r), "Berlin.");
+    assert_eq!(r.chat_text(), "Berlin.");
 }
 
 #[tokio::test]
@@ -205,7 +198,7 @@ async fn embeddings_slower_than_the_timeout_leave_the_store_exact_only() {
     env.mock.set_behaviour("m-a", reply("Paris."));
     let started = Instant::now();
     let r = ask(&env, STORED).await;
-    assert_eq!((r.status, text(&r).as_str()), (200, "Paris."));
+    assert_eq!((r.status, r.chat_text().as_str()), (200, "Paris."));
     // The lookup gave up on the embedding after 200 ms, not after its 3 s.
     assert!(
         started.elapsed() < Duration::from_millis(2000),

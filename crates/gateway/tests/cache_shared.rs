@@ -104,17 +104,10 @@ async fn ask(env: &Env, q: &str, stream: bool) -> Reply {
     env.post("/v1/chat/completions", body, &[]).await
 }
 
-fn text(r: &Reply) -> String {
-    r.json()["choices"][0]["message"]["content"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
-}
-
 fn assert_hit(r: &Reply, want: &str) {
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.header("x-sidetrack-cache"), Some("hit"));
-    assert_eq!(text(r), want);
+    assert_eq!(r.chat_text(), want);
 }
 
 /// The store entries under `prefix` in Redis, with their remaining lifetimes (ms).
@@ -215,7 +208,7 @@ async fn a_redis_outage_fails_no_request_and_the_mirror_resumes_after() {
         let started = Instant::now();
         let r = ask(&a, &format!("during {i}?"), false).await;
         assert_eq!(r.status, 200, "{}", r.body);
-        assert_eq!(text(&r), "from A");
+        assert_eq!(r.chat_text(), "from A");
         assert_hit(&ask(&b, "before?", false).await, "from A");
         let r = ask(&b, &format!("novel {i}?"), false).await;
         assert_eq!(r.status, 503, "{}", r.body);
@@ -244,7 +237,7 @@ async fn a_redis_outage_fails_no_request_and_the_mirror_resumes_after() {
         .await;
     }
     let r = ask(&a, "after?", false).await;
-    assert_eq!(text(&r), "after the outage");
+    assert_eq!(r.chat_text(), "after the outage");
     eventually("the new answer is mirrored", || async {
         entries(&redis.url(), &p).await.len() == 1
     })
@@ -290,7 +283,7 @@ async fn a_question_stored_through_a_is_a_semantic_hit_on_b() {
     let b = replica(&yaml, down()).await;
 
     let r = ask(&a, "please tell me the capital city of france today", false).await;
-    assert_eq!((r.status, text(&r).as_str()), (200, "Paris, from A."));
+    assert_eq!((r.status, r.chat_text().as_str()), (200, "Paris, from A."));
     eventually("A's vector is in the shared stream", || async {
         vector_stream_len(&redis.url(), &p).await == 1
     })
@@ -310,7 +303,7 @@ async fn a_question_stored_through_a_is_a_semantic_hit_on_b() {
     let r = ask(&b, "please tell me the capital of france today", false).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.header("x-sidetrack-cache"), Some("semantic-hit"));
-    assert_eq!(text(&r), "Paris, from A.");
+    assert_eq!(r.chat_text(), "Paris, from A.");
     assert_eq!(b.hits("m-a"), 1, "B's walk ran first (lastResort)");
     assert_eq!(b.hits("emb-1"), 1, "B embedded the question once");
     assert_eq!(
@@ -345,7 +338,7 @@ async fn semantic_lookup_fails_open_when_redis_dies() {
     let r = ask(&a, "please tell me the capital of france today", false).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.header("x-sidetrack-cache"), Some("semantic-hit"));
-    assert_eq!(text(&r), "Paris, from A.");
+    assert_eq!(r.chat_text(), "Paris, from A.");
     assert!(started.elapsed() < Duration::from_secs(2));
     // B: whatever its index holds, the answer is in Redis only: the walk's own 503, no error of
     // the store's.

@@ -35,6 +35,13 @@ impl Reply {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
+    /// A whole OpenAI chat answer's first choice text ("" when there is none).
+    pub fn chat_text(&self) -> String {
+        self.json()["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
 }
 
 pub fn behaviours(list: &[(&str, Behaviour)]) -> MockConfig {
