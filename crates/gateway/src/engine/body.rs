@@ -75,7 +75,8 @@ pub(super) async fn read_rest(
     Err(concat(held))
 }
 
-pub(super) fn concat(chunks: Vec<Bytes>) -> Bytes {
+/// The chunks as one buffer (no copy for zero or one chunk).
+pub(crate) fn concat(chunks: Vec<Bytes>) -> Bytes {
     match chunks.len() {
         0 => Bytes::new(),
         1 => chunks.into_iter().next().unwrap_or_default(),

@@ -32,6 +32,7 @@ use crate::providers::{self, Upstreams};
 use crate::routing::{Dest, Hop, Picker, Plan};
 use crate::state::{Admit, DestHealth, Health, ProbeGuard, Verdict};
 pub use attempt::Upstream;
+pub(crate) use body::concat;
 
 /// What the walk hands to the commit phase: the response to return (if any hop answered) and the
 /// record of every attempt and skip.

@@ -300,18 +300,14 @@ async fn embed_walk(shared: &Shared, rt: &Runtime, sem: &Semantic, text: &str) -
     }
     let body = match returned.upstream? {
         Upstream::Buffered { body, .. } => body,
-        Upstream::Live { held, rest, .. } => {
-            let mut all = BytesMut::new();
-            for h in held {
-                all.extend_from_slice(&h);
-            }
+        Upstream::Live { mut held, rest, .. } => {
             let rest = http_body_util::Limited::new(rest, MAX_EMBEDDING_BYTES)
                 .collect()
                 .await
                 .ok()?
                 .to_bytes();
-            all.extend_from_slice(&rest);
-            all.freeze()
+            held.push(rest);
+            crate::engine::concat(held)
         }
     };
     #[derive(serde::Deserialize)]
@@ -505,8 +501,8 @@ impl Collecting {
 
     /// The whole answer, if the bytes made one. `usage`: what the relay read of the upstream's
     /// stream (an OpenAI chat caller that did not ask for the usage chunk never saw it).
-    fn finish(&mut self, usage: Option<sidetrack_dialects::Usage>) -> Option<ChatResponse> {
-        let mut answer = match std::mem::replace(&mut self.way, Way::Spoiled) {
+    fn finish(self, usage: Option<sidetrack_dialects::Usage>) -> Option<ChatResponse> {
+        let mut answer = match self.way {
             Way::Stream(mut decoder, mut collector) => {
                 for ev in decoder.finish() {
                     collector.push(&ev);
@@ -535,9 +531,9 @@ impl Collecting {
         if !ended_well {
             return;
         }
-        let key = self.key;
+        let (key, question) = (self.key, self.question.take());
         if let Some(answer) = self.finish(usage) {
-            put(shared, key, answer, self.question.take());
+            put(shared, key, answer, question);
         }
     }
 }
