@@ -547,8 +547,8 @@ impl Store {
                     let n = entries.len();
                     for e in entries {
                         last = e.id;
-                        if e.origin != redis.origin {
-                            index.insert(e.partition, e.exact, &e.vector);
+                        if let Some(v) = e.shared.filter(|v| v.origin != redis.origin) {
+                            index.insert(v.partition, v.exact, &v.vector);
                         }
                     }
                     if n > 0 {
@@ -670,9 +670,15 @@ impl Store {
     }
 }
 
-/// One entry of the shared vector stream.
+/// One entry of the shared vector stream: its id (the read position) and, unless it is
+/// malformed, the vector it carries.
 struct StreamEntry {
     id: String,
+    shared: Option<SharedVector>,
+}
+
+/// A replica's question vector as the stream carries it.
+struct SharedVector {
     origin: u64,
     partition: [u8; 32],
     exact: [u8; 32],
@@ -728,24 +734,17 @@ fn stream_entries(reply: redis::Value) -> Vec<StreamEntry> {
                 _ => {}
             }
         }
-        let skip = StreamEntry {
-            id: id.clone(),
-            origin: 0,
-            partition: [0; 32],
-            exact: [0; 32],
-            vector: Quantised(Box::new([])),
-        };
-        out.push(match (origin, partition, exact, vector) {
-            (Some(origin), Some(partition), Some(exact), Some(vector)) => StreamEntry {
-                id,
+        // A malformed entry still advances the read position.
+        let shared = match (origin, partition, exact, vector) {
+            (Some(origin), Some(partition), Some(exact), Some(vector)) => Some(SharedVector {
                 origin,
                 partition,
                 exact,
                 vector,
-            },
-            // Still advances the read position; an empty vector is never inserted.
-            _ => skip,
-        });
+            }),
+            _ => None,
+        };
+        out.push(StreamEntry { id, shared });
     }
     out
 }
@@ -977,12 +976,13 @@ mod tests {
         ])]);
         let got = stream_entries(reply);
         assert_eq!(got.len(), 3);
-        assert_eq!((got[0].id.as_str(), got[0].origin), ("1-0", 42));
-        assert_eq!(got[0].exact, [2; 32]);
-        assert_eq!(got[0].partition, [1; 32]);
-        assert_eq!(&*got[0].vector.0, &[1i8, -1, 127]);
-        assert_eq!((got[1].id.as_str(), got[1].vector.dims()), ("2-0", 0));
-        assert_eq!(got[2].exact, [3; 32]);
+        let first = got[0].shared.as_ref().unwrap();
+        assert_eq!((got[0].id.as_str(), first.origin), ("1-0", 42));
+        assert_eq!(first.exact, [2; 32]);
+        assert_eq!(first.partition, [1; 32]);
+        assert_eq!(&*first.vector.0, &[1i8, -1, 127]);
+        assert_eq!((got[1].id.as_str(), got[1].shared.is_none()), ("2-0", true));
+        assert_eq!(got[2].shared.as_ref().unwrap().exact, [3; 32]);
         assert!(stream_entries(Value::Nil).is_empty());
     }
 
