@@ -70,6 +70,17 @@ impl Quantised {
         self.0.len()
     }
 
+    /// Its sign bits in `words` `u64` words (bit `j` set when component `j` is positive).
+    fn sign_code(&self, words: usize) -> Vec<u64> {
+        let mut code = vec![0u64; words];
+        for (j, &x) in self.0.iter().enumerate() {
+            if x > 0 {
+                code[j / 64] |= 1 << (j % 64);
+            }
+        }
+        code
+    }
+
     /// 1 / its length (0 for an all-zero vector).
     fn inv_norm(&self) -> f32 {
         let sq: i64 = self.0.iter().map(|&x| i64::from(x) * i64::from(x)).sum();
@@ -121,14 +132,8 @@ impl Partition {
     /// Writes or overwrites slot `i` (`i == len`: a new slot).
     fn set(&mut self, i: usize, exact: [u8; 32], q: &Quantised) {
         let w = self.words;
-        let mut code = vec![0u64; w];
-        sign_code_i8(&q.0, &mut code);
-        let sq: i64 = q.0.iter().map(|&x| i64::from(x) * i64::from(x)).sum();
-        let inv = if sq > 0 {
-            1.0 / (sq as f32).sqrt()
-        } else {
-            0.0
-        };
+        let code = q.sign_code(w);
+        let inv = q.inv_norm();
         let pw = self.prefix_words();
         if i == self.len() {
             self.keys.push(exact);
@@ -282,14 +287,6 @@ fn hamming(a: &[u64], b: &[u64]) -> u32 {
     a.iter().zip(b).map(|(x, y)| (x ^ y).count_ones()).sum()
 }
 
-fn sign_code_i8(v: &[i8], code: &mut [u64]) {
-    for (j, &x) in v.iter().enumerate() {
-        if x > 0 {
-            code[j / 64] |= 1 << (j % 64);
-        }
-    }
-}
-
 struct Inner {
     partitions: HashMap<[u8; 32], Partition>,
     /// Each entry's partition and insertion number.
@@ -433,9 +430,8 @@ impl VectorIndex {
         if p.dims != query.len() {
             return Vec::new();
         }
-        let mut code = vec![0u64; p.words];
         let q = Quantised::of(query);
-        sign_code_i8(&q.0, &mut code);
+        let code = q.sign_code(p.words);
         let inv = q.inv_norm();
         let mut found: Vec<([u8; 32], f32)> = p
             .shortlist(&code)
