@@ -22,8 +22,7 @@ pub const MAX_TEXTS: usize = 100;
 /// The path of an embeddings call for `model` under `version` (`v1beta`); the model is
 /// percent-encoded as a path segment, as for `generateContent`.
 pub fn path(version: &str, model: &str) -> String {
-    let model = crate::bedrock::encode_model_id(model);
-    format!("/{version}/models/{model}:{BATCH_EMBED}")
+    super::model_path(version, model, BATCH_EMBED)
 }
 
 #[derive(Serialize)]

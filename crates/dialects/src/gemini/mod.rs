@@ -72,12 +72,17 @@ pub fn parse_request(model: &str, body: Bytes, stream: bool) -> Result<ParsedReq
 /// The path of one call for `model` under `version` (`v1beta`): `/{version}/models/{model}:{op}`,
 /// with `?alt=sse` for a stream. The model is percent-encoded as a path segment.
 pub fn path(version: &str, model: &str, stream: bool) -> String {
-    let model = crate::bedrock::encode_model_id(model);
     if stream {
-        format!("/{version}/models/{model}:{STREAM_GENERATE}?alt=sse")
+        model_path(version, model, STREAM_GENERATE) + "?alt=sse"
     } else {
-        format!("/{version}/models/{model}:{GENERATE}")
+        model_path(version, model, GENERATE)
     }
+}
+
+/// `/{version}/models/{model}:{operation}`, the model percent-encoded as a path segment.
+pub(crate) fn model_path(version: &str, model: &str, operation: &str) -> String {
+    let model = crate::bedrock::encode_model_id(model);
+    format!("/{version}/models/{model}:{operation}")
 }
 
 /// `/{v1beta|v1}/models/{model}:{operation}` → `(model (raw), operation)`.

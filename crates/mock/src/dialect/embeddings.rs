@@ -222,14 +222,6 @@ pub fn parse(
     }
 }
 
-fn google_invalid(message: String) -> MockError {
-    MockError {
-        error_type: Some("INVALID_ARGUMENT".to_owned()),
-        message: Some(message),
-        ..MockError::new(400)
-    }
-}
-
 /// `:batchEmbedContents` on `model_id` (from the path): every request names the same model
 /// (`models/{model_id}`) and one text part; `outputDimensionality` must be the same for all.
 pub fn parse_gemini(
@@ -237,14 +229,14 @@ pub fn parse_gemini(
     body: &[u8],
 ) -> Result<(RequestFacts, Value, EmbedRequest), MockError> {
     let json = parse_json(body, |e| {
-        google_invalid(format!("Invalid JSON payload received. {e}"))
+        super::gemini::invalid_argument(format!("Invalid JSON payload received. {e}"))
     })?;
     let requests = json
         .get("requests")
         .and_then(Value::as_array)
         .filter(|r| !r.is_empty() && r.len() <= GEMINI_MAX_REQUESTS)
         .ok_or_else(|| {
-            google_invalid(format!(
+            super::gemini::invalid_argument(format!(
                 "* BatchEmbedContentsRequest.requests: between 1 and {GEMINI_MAX_REQUESTS} requests are required"
             ))
         })?;
@@ -258,7 +250,7 @@ pub fn parse_gemini(
     let mut dims = None;
     for (i, r) in requests.iter().enumerate() {
         if r.get("model").and_then(Value::as_str) != Some(want.as_str()) {
-            return Err(google_invalid(format!(
+            return Err(super::gemini::invalid_argument(format!(
                 "* BatchEmbedContentsRequest.requests[{i}].model: the model of each request must match the batch's ({want})"
             )));
         }
@@ -272,17 +264,17 @@ pub fn parse_gemini(
                         .collect()
                 });
         let text = text.filter(|t| !t.is_empty()).ok_or_else(|| {
-            google_invalid(format!(
+            super::gemini::invalid_argument(format!(
                 "* BatchEmbedContentsRequest.requests[{i}].content: contains no text"
             ))
         })?;
         let d = dims_of(r.get("outputDimensionality"), default).ok_or_else(|| {
-            google_invalid(format!(
+            super::gemini::invalid_argument(format!(
                 "* BatchEmbedContentsRequest.requests[{i}].output_dimensionality: must be positive"
             ))
         })?;
         if dims.is_some_and(|prev| prev != d) {
-            return Err(google_invalid(
+            return Err(super::gemini::invalid_argument(
                 "outputDimensionality must be the same for every request of the batch".into(),
             ));
         }

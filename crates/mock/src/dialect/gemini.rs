@@ -62,6 +62,15 @@ pub fn missing_key() -> MockError {
     }
 }
 
+/// A 400 `INVALID_ARGUMENT`, as Google frames a request it cannot take.
+pub(crate) fn invalid_argument(message: String) -> MockError {
+    MockError {
+        error_type: Some("INVALID_ARGUMENT".to_owned()),
+        message: Some(message),
+        ..MockError::new(400)
+    }
+}
+
 /// The model from the path, streaming from the method; the body gives the prompt length
 /// (`contents[].parts[].text`, `systemInstruction.parts[].text`) and function declarations.
 pub fn parse_request(
@@ -69,10 +78,8 @@ pub fn parse_request(
     stream: bool,
     body: &[u8],
 ) -> Result<(RequestFacts, Value), MockError> {
-    let json = parse_json(body, |e| MockError {
-        error_type: Some("INVALID_ARGUMENT".to_owned()),
-        message: Some(format!("Invalid JSON payload received. {e}")),
-        ..MockError::new(400)
+    let json = parse_json(body, |e| {
+        invalid_argument(format!("Invalid JSON payload received. {e}"))
     })?;
     let parts_chars = |content: &Value| -> usize {
         content
