@@ -238,8 +238,9 @@ async fn a_redis_outage_fails_no_request_and_the_mirror_resumes_after() {
     }
     let r = ask(&a, "after?", false).await;
     assert_eq!(r.chat_text(), "after the outage");
-    eventually("the new answer is mirrored", || async {
-        entries(&redis.url(), &p).await.len() == 1
+    // (Writes still being retried when Redis came back may land too: only this one is awaited.)
+    eventually("the new answer is mirrored and found by B", || async {
+        ask(&b, "after?", false).await.header("x-sidetrack-cache") == Some("hit")
     })
     .await;
     assert_hit(&ask(&b, "after?", false).await, "after the outage");
@@ -285,7 +286,7 @@ async fn a_question_stored_through_a_is_a_semantic_hit_on_b() {
     let r = ask(&a, "please tell me the capital city of france today", false).await;
     assert_eq!((r.status, r.chat_text().as_str()), (200, "Paris, from A."));
     eventually("A's vector is in the shared stream", || async {
-        vector_stream_len(&redis.url(), &p).await == 1
+        vector_stream_len(&redis.url(), &p).await >= 1
     })
     .await;
     eventually("B read A's vector into its index", || async {
@@ -328,7 +329,7 @@ async fn semantic_lookup_fails_open_when_redis_dies() {
     let b = replica(&yaml, down()).await;
     ask(&a, "please tell me the capital city of france today", false).await;
     eventually("A's vector is in the shared stream", || async {
-        vector_stream_len(&redis.url(), &p).await == 1
+        vector_stream_len(&redis.url(), &p).await >= 1
     })
     .await;
     redis.kill();

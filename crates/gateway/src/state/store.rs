@@ -368,6 +368,31 @@ impl Drop for WriteSlot {
     }
 }
 
+/// How many times a background write is tried while Redis does not answer it within the budget.
+const WRITE_ATTEMPTS: u32 = 3;
+
+/// Sends one background write (an answer's `SET`, a vector's `XADD`), trying it again
+/// [`VECTOR_TAIL_INTERVAL`] later when Redis did not answer within its budget, up to
+/// [`WRITE_ATTEMPTS`] in all: one call that overran on a busy machine would otherwise keep that
+/// answer or vector from every other replica for good. Both commands may safely land twice (the
+/// same key is set again; the same vector is inserted again under its key). The caller holds a
+/// write slot throughout, so retries stay within [`MIRROR_WRITES_IN_FLIGHT`].
+async fn write_through(redis: &RedisState, metrics: &Metrics, cmd: redis::Cmd) {
+    for attempt in 1..=WRITE_ATTEMPTS {
+        let sent = redis
+            .call(|mut c| {
+                let cmd = &cmd;
+                async move { cmd.query_async::<redis::Value>(&mut c).await }
+            })
+            .await;
+        metrics.state_backend_up(redis.is_up());
+        if sent.is_ok() || attempt == WRITE_ATTEMPTS {
+            return;
+        }
+        tokio::time::sleep(VECTOR_TAIL_INTERVAL).await;
+    }
+}
+
 /// How often a replica reads new entries of the shared vector stream.
 pub const VECTOR_TAIL_INTERVAL: Duration = Duration::from_millis(100);
 /// How many stream entries one read takes at most (about 100 KB at 1,536 dimensions: well within
@@ -468,31 +493,13 @@ impl Store {
         let cap = self.memory.lock().bounds.max_entries;
         let (redis, metrics) = (m.redis.clone(), m.metrics.clone());
         let (partition, exact) = (key.partition, key.exact);
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(redis.vectors_key()).arg("MAXLEN").arg("~").arg(cap).arg("*");
+        cmd.arg("o").arg(redis.origin).arg("p").arg(&partition[..]);
+        cmd.arg("k").arg(&exact[..]).arg("v").arg(q.to_bytes());
         rt.spawn(async move {
             let _slot = slot;
-            let k = redis.vectors_key();
-            let origin = redis.origin;
-            let _ = redis
-                .call(|mut c| async move {
-                    redis::cmd("XADD")
-                        .arg(k)
-                        .arg("MAXLEN")
-                        .arg("~")
-                        .arg(cap)
-                        .arg("*")
-                        .arg("o")
-                        .arg(origin)
-                        .arg("p")
-                        .arg(&partition[..])
-                        .arg("k")
-                        .arg(&exact[..])
-                        .arg("v")
-                        .arg(q.to_bytes())
-                        .query_async::<redis::Value>(&mut c)
-                        .await
-                })
-                .await;
-            metrics.state_backend_up(redis.is_up());
+            write_through(&redis, &metrics, cmd).await;
         });
     }
 
@@ -638,19 +645,9 @@ impl Store {
             let Ok(encoded) = serde_json::to_vec(&*value) else {
                 return;
             };
-            let k = redis.cache_key(&hex(&exact));
-            let _ = redis
-                .call(|mut c| async move {
-                    redis::cmd("SET")
-                        .arg(k)
-                        .arg(encoded)
-                        .arg("PX")
-                        .arg(ttl)
-                        .query_async::<()>(&mut c)
-                        .await
-                })
-                .await;
-            metrics.state_backend_up(redis.is_up());
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(redis.cache_key(&hex(&exact))).arg(encoded).arg("PX").arg(ttl);
+            write_through(&redis, &metrics, cmd).await;
         });
     }
 
@@ -1002,5 +999,104 @@ mod tests {
             !t.put_until(key(2), Arc::new(answer("a")), now, now),
             "already expired"
         );
+    }
+
+    /// A Redis stand-in on a loopback port: its first `refused` connections are closed as soon as
+    /// they are accepted; later ones get `+OK` for every command, and the commands' names are sent
+    /// to the returned channel. Also returns the count of connections accepted.
+    async fn flaky_redis(
+        refused: usize,
+    ) -> (
+        String,
+        tokio::sync::mpsc::UnboundedReceiver<String>,
+        Arc<AtomicUsize>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("redis://{}/0", listener.local_addr().unwrap());
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                if count.fetch_add(1, Ordering::SeqCst) < refused {
+                    continue; // dropped: closed
+                }
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    while let Ok(n @ 1..) = sock.read(&mut chunk).await {
+                        buf.extend_from_slice(&chunk[..n]);
+                        while let Some((name, used)) = resp_command(&buf) {
+                            buf.drain(..used);
+                            let _ = tx.send(name);
+                            let _ = sock.write_all(b"+OK\r\n").await;
+                        }
+                    }
+                });
+            }
+        });
+        (url, rx, accepted)
+    }
+
+    /// The name of the first whole RESP command in `buf`, and its length; `None` until one is whole.
+    fn resp_command(buf: &[u8]) -> Option<(String, usize)> {
+        fn line(buf: &[u8], at: usize) -> Option<(usize, usize)> {
+            let end = at + buf.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
+            let n = std::str::from_utf8(&buf[at + 1..end]).ok()?.parse().ok()?;
+            Some((n, end + 2))
+        }
+        let (args, mut at) = line(buf, 0)?;
+        let mut name = String::new();
+        for i in 0..args {
+            let (len, start) = line(buf, at)?;
+            let arg = buf.get(start..start + len)?;
+            if i == 0 {
+                name = String::from_utf8_lossy(arg).into_owned();
+            }
+            at = start + len + 2;
+        }
+        (buf.len() >= at).then_some((name, at))
+    }
+
+    fn state(url: String) -> RedisState {
+        RedisState::new(&sidetrack_config::Redis {
+            url,
+            key_prefix: "t:".into(),
+            budget: Duration::from_millis(500),
+            sync_interval: Duration::from_secs(1),
+        })
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_background_write_that_redis_did_not_take_is_tried_again() {
+        let (url, mut commands, accepted) = flaky_redis(1).await;
+        let (redis, metrics) = (state(url), Metrics::new());
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg("t:cache-vectors").arg("*").arg("v").arg(&b"x"[..]);
+        write_through(&redis, &metrics, cmd).await;
+        assert_eq!(accepted.load(Ordering::SeqCst), 2, "the first connection was closed");
+        let mut names = Vec::new();
+        while let Ok(n) = commands.try_recv() {
+            names.push(n);
+        }
+        assert_eq!(
+            names.iter().filter(|n| n.as_str() == "XADD").count(),
+            1,
+            "{names:?}"
+        );
+        assert!(redis.is_up());
+    }
+
+    #[tokio::test]
+    async fn a_background_write_gives_up_after_its_attempts() {
+        let (url, mut commands, accepted) = flaky_redis(usize::MAX).await;
+        let (redis, metrics) = (state(url), Metrics::new());
+        write_through(&redis, &metrics, redis::cmd("SET")).await;
+        assert_eq!(accepted.load(Ordering::SeqCst), WRITE_ATTEMPTS as usize);
+        assert!(commands.try_recv().is_err());
+        assert!(!redis.is_up());
     }
 }
