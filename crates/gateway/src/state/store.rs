@@ -492,11 +492,13 @@ impl Store {
         };
         let cap = self.memory.lock().bounds.max_entries;
         let (redis, metrics) = (m.redis.clone(), m.metrics.clone());
-        let (partition, exact) = (key.partition, key.exact);
         let mut cmd = redis::cmd("XADD");
-        cmd.arg(redis.vectors_key()).arg("MAXLEN").arg("~").arg(cap).arg("*");
-        cmd.arg("o").arg(redis.origin).arg("p").arg(&partition[..]);
-        cmd.arg("k").arg(&exact[..]).arg("v").arg(q.to_bytes());
+        cmd.arg(redis.vectors_key()).arg(&["MAXLEN", "~"][..]);
+        cmd.arg(cap).arg("*");
+        cmd.arg("o").arg(redis.origin);
+        cmd.arg("p").arg(&key.partition[..]);
+        cmd.arg("k").arg(&key.exact[..]);
+        cmd.arg("v").arg(q.to_bytes());
         rt.spawn(async move {
             let _slot = slot;
             write_through(&redis, &metrics, cmd).await;
@@ -646,7 +648,10 @@ impl Store {
                 return;
             };
             let mut cmd = redis::cmd("SET");
-            cmd.arg(redis.cache_key(&hex(&exact))).arg(encoded).arg("PX").arg(ttl);
+            cmd.arg(redis.cache_key(&hex(&exact)))
+                .arg(encoded)
+                .arg("PX")
+                .arg(ttl);
             write_through(&redis, &metrics, cmd).await;
         });
     }
@@ -1077,7 +1082,11 @@ mod tests {
         let mut cmd = redis::cmd("XADD");
         cmd.arg("t:cache-vectors").arg("*").arg("v").arg(&b"x"[..]);
         write_through(&redis, &metrics, cmd).await;
-        assert_eq!(accepted.load(Ordering::SeqCst), 2, "the first connection was closed");
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            2,
+            "the first connection was closed"
+        );
         let mut names = Vec::new();
         while let Ok(n) = commands.try_recv() {
             names.push(n);
