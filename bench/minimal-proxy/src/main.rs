@@ -1,7 +1,11 @@
 //! The "physical limit" baseline: accept HTTP/1.1, forward every request unchanged to one upstream
 //! over a pooled keep-alive client (TCP_NODELAY on both sides), stream the answer back. No parsing.
-//! Usage: minimal-proxy LISTEN_ADDR UPSTREAM_ADDR [--hold-first-token]
+//! Usage: minimal-proxy LISTEN_ADDR UPSTREAM_ADDR [--hold-first-token] [--current-thread]
 //!        (e.g. 127.0.0.1:18081 127.0.0.1:18080)
+//!
+//! It runs tokio's default multi-threaded runtime (`bench/run`'s baseline). `--current-thread`
+//! runs the single-threaded one instead, which sidetrack picks on one CPU: docs/decisions/0003
+//! ("Ninth pass") measures what that choice alone is worth to a proxy.
 //!
 //! `--hold-first-token` is the same baseline with a gateway's default commit rule added (SPEC §5.6
 //! `firstToken`): an event stream's head and leading chunks are held until a chunk carries content,
@@ -78,17 +82,24 @@ async fn forward_holding(client: Upstream, upstream: Arc<str>, req: Request<Inco
     Ok(Response::from_parts(parts, Held { held, rest }))
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let (Some(listen), Some(upstream)) = (args.next(), args.next()) else {
-        return Err("usage: minimal-proxy LISTEN UPSTREAM [--hold-first-token]".into());
+        return Err("usage: minimal-proxy LISTEN UPSTREAM [--hold-first-token] [--current-thread]".into());
     };
-    let hold = match args.next().as_deref() {
-        None => false,
-        Some("--hold-first-token") => true,
-        Some(other) => return Err(format!("unknown option {other}").into()),
-    };
+    let (mut hold, mut current) = (false, false);
+    for arg in args {
+        match arg.as_str() {
+            "--hold-first-token" => hold = true,
+            "--current-thread" => current = true,
+            other => return Err(format!("unknown option {other}").into()),
+        }
+    }
+    let mut rt = if current { tokio::runtime::Builder::new_current_thread() } else { tokio::runtime::Builder::new_multi_thread() };
+    rt.enable_all().build()?.block_on(serve(listen, upstream, hold))
+}
+
+async fn serve(listen: String, upstream: String, hold: bool) -> Result<(), Box<dyn std::error::Error>> {
     let upstream: Arc<str> = upstream.into();
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);

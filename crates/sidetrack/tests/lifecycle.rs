@@ -110,6 +110,27 @@ impl Gateway {
             .arg("--config")
             .arg(&config)
             .args(extra_args);
+        Gateway::launch(cmd, ports)
+    }
+
+    /// Like [`Gateway::start`], with the process allowed one CPU (`taskset -c 0`, as a container
+    /// limited to one CPU would be): sidetrack then runs its single-threaded runtime, which this
+    /// checks.
+    fn start_on_one_cpu(config: PathBuf, ports: Ports, extra_args: &[&str]) -> Gateway {
+        let mut cmd = Command::new("taskset");
+        cmd.args(["-c", "0", BIN, "serve", "--config"])
+            .arg(&config)
+            .args(extra_args);
+        let gw = Gateway::launch(cmd, ports);
+        let threads = gw.threads();
+        assert!(
+            !threads.is_empty() && !threads.iter().any(|t| t.starts_with("tokio-rt-worker")),
+            "one CPU: no runtime worker threads, the main thread runs every task ({threads:?})"
+        );
+        gw
+    }
+
+    fn launch(cmd: Command, ports: Ports) -> Gateway {
         let (child, stderr) = common::spawn_collecting_stderr(cmd);
         let gw = Gateway {
             child,
@@ -120,6 +141,19 @@ impl Gateway {
             http_get(gw.ports.data, "/readyz").is_some_and(|(s, _)| s == 200)
         });
         gw
+    }
+
+    /// The names of the process's threads.
+    fn threads(&self) -> Vec<String> {
+        let dir = format!("/proc/{}/task", self.child.id());
+        std::fs::read_dir(dir)
+            .map(|tasks| {
+                tasks
+                    .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                    .map(|name| name.trim().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     fn url(&self, path: &str) -> String {
@@ -254,7 +288,7 @@ async fn twenty_reloads_under_load_fail_no_request_and_an_invalid_config_is_refu
     let mock_url = mock.base_url();
     let config_for = |model: &str| gateway_yaml(&ports, &mock_url, model, true, "", "");
     write_atomically(&path, &config_for("blue"));
-    let gw = Gateway::start(path.clone(), ports, &[]);
+    let gw = Gateway::start_on_one_cpu(path.clone(), ports, &[]);
 
     // Steady load: 4 client loops, bounded in count and time.
     let stop = Arc::new(AtomicBool::new(false));
@@ -386,6 +420,13 @@ async fn sighup_with_an_invalid_config_keeps_the_old_one_serving() {
         &gateway_yaml(&ports, &mock_url, "blue", false, "", ""),
     );
     let gw = Gateway::start(path.clone(), ports, &[]);
+    if std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
+        let threads = gw.threads();
+        assert!(
+            threads.iter().any(|t| t.starts_with("tokio-rt-worker")),
+            "more than one CPU: the multi-threaded runtime ({threads:?})"
+        );
+    }
     let c = client();
     let url = gw.url("/v1/chat/completions");
     let r = chat(&c, &url, "app").await;
@@ -522,7 +563,7 @@ async fn sigterm_drains_fifty_open_streams_and_refuses_new_connections() {
         ),
     );
     // A drain delay short enough that the streams are still open when the listener closes.
-    let mut gw = Gateway::start(path, ports, &["--drain-delay-milliseconds", "300"]);
+    let mut gw = Gateway::start_on_one_cpu(path, ports, &["--drain-delay-milliseconds", "300"]);
 
     let opened = Arc::new(AtomicUsize::new(0));
     let finished = Arc::new(AtomicUsize::new(0));
