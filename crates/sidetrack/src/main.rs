@@ -141,7 +141,7 @@ fn main() -> ExitCode {
 /// one when the process may use only one CPU (CPU affinity or a cgroup quota, as
 /// `available_parallelism` reads them). With one CPU a second worker could not run anyway, and the
 /// single-threaded scheduler spends less per task wake-up (no work-stealing queues, no cross-thread
-/// parking): `bench/run` measured ~7 % more requests/s and less CPU per request on one pinned CPU
+/// parking): `bench/ab` measured ~18 % more requests/s at 32 connections on one pinned CPU
 /// (docs/decisions/0003, "Ninth pass").
 fn with_runtime(fut: impl std::future::Future<Output = ExitCode>) -> ExitCode {
     let one_cpu = std::thread::available_parallelism().is_ok_and(|n| n.get() == 1);
