@@ -6,7 +6,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -105,23 +105,16 @@ struct Gateway {
 
 impl Gateway {
     fn start(config: PathBuf, ports: Ports, extra_args: &[&str]) -> Gateway {
-        let mut cmd = Command::new(BIN);
-        cmd.arg("serve")
-            .arg("--config")
-            .arg(&config)
-            .args(extra_args);
-        Gateway::launch(cmd, ports)
+        Gateway::launch(Command::new(BIN), &config, extra_args, ports)
     }
 
     /// Like [`Gateway::start`], with the process allowed one CPU (`taskset -c 0`, as a container
     /// limited to one CPU would be): sidetrack then runs its single-threaded runtime, which this
     /// checks.
     fn start_on_one_cpu(config: PathBuf, ports: Ports, extra_args: &[&str]) -> Gateway {
-        let mut cmd = Command::new("taskset");
-        cmd.args(["-c", "0", BIN, "serve", "--config"])
-            .arg(&config)
-            .args(extra_args);
-        let gw = Gateway::launch(cmd, ports);
+        let mut taskset = Command::new("taskset");
+        taskset.args(["-c", "0", BIN]);
+        let gw = Gateway::launch(taskset, &config, extra_args, ports);
         let threads = gw.threads();
         assert!(
             !threads.is_empty() && !threads.iter().any(|t| t.starts_with("tokio-rt-worker")),
@@ -130,7 +123,13 @@ impl Gateway {
         gw
     }
 
-    fn launch(cmd: Command, ports: Ports) -> Gateway {
+    /// Runs `cmd` (the binary, or a wrapper given the binary) with `serve --config CONFIG
+    /// EXTRA_ARGS` and waits until it is ready.
+    fn launch(mut cmd: Command, config: &Path, extra_args: &[&str], ports: Ports) -> Gateway {
+        cmd.arg("serve")
+            .arg("--config")
+            .arg(config)
+            .args(extra_args);
         let (child, stderr) = common::spawn_collecting_stderr(cmd);
         let gw = Gateway {
             child,

@@ -370,9 +370,11 @@ impl Drop for WriteSlot {
 
 /// How many times a background write is tried while Redis does not answer it within the budget.
 const WRITE_ATTEMPTS: u32 = 3;
+/// How long a background write waits before it is tried again.
+const WRITE_RETRY_GAP: Duration = Duration::from_millis(100);
 
 /// Sends one background write (an answer's `SET`, a vector's `XADD`), trying it again
-/// [`VECTOR_TAIL_INTERVAL`] later when Redis did not answer within its budget, up to
+/// [`WRITE_RETRY_GAP`] later when Redis did not answer within its budget, up to
 /// [`WRITE_ATTEMPTS`] in all: one call that overran on a busy machine would otherwise keep that
 /// answer or vector from every other replica for good. Both commands may safely land twice (the
 /// same key is set again; the same vector is inserted again under its key). The caller holds a
@@ -389,7 +391,7 @@ async fn write_through(redis: &RedisState, metrics: &Metrics, cmd: redis::Cmd) {
         if sent.is_ok() || attempt == WRITE_ATTEMPTS {
             return;
         }
-        tokio::time::sleep(VECTOR_TAIL_INTERVAL).await;
+        tokio::time::sleep(WRITE_RETRY_GAP).await;
     }
 }
 
@@ -898,13 +900,10 @@ mod tests {
     async fn mirror_writes_are_bounded_and_the_excess_is_dropped_and_counted() {
         // A Redis that accepts connections and never answers: every write waits out its budget.
         let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let redis = RedisState::new(&sidetrack_config::Redis {
-            url: format!("redis://{}/0", silent.local_addr().unwrap()),
-            key_prefix: "t:".into(),
-            budget: Duration::from_millis(300),
-            sync_interval: Duration::from_secs(1),
-        })
-        .unwrap();
+        let redis = state(
+            format!("redis://{}/0", silent.local_addr().unwrap()),
+            Duration::from_millis(300),
+        );
         let metrics = Arc::new(Metrics::new());
         let store = Store::new(&Cache::default(), Some(Arc::new(redis)), metrics.clone());
         let extra = 10;
@@ -1065,11 +1064,12 @@ mod tests {
         (buf.len() >= at).then_some((name, at))
     }
 
-    fn state(url: String) -> RedisState {
+    /// A shared state store at `url`, each call within `budget`.
+    fn state(url: String, budget: Duration) -> RedisState {
         RedisState::new(&sidetrack_config::Redis {
             url,
             key_prefix: "t:".into(),
-            budget: Duration::from_millis(500),
+            budget,
             sync_interval: Duration::from_secs(1),
         })
         .unwrap()
@@ -1078,7 +1078,7 @@ mod tests {
     #[tokio::test]
     async fn a_background_write_that_redis_did_not_take_is_tried_again() {
         let (url, mut commands, accepted) = flaky_redis(1).await;
-        let (redis, metrics) = (state(url), Metrics::new());
+        let (redis, metrics) = (state(url, Duration::from_millis(500)), Metrics::new());
         let mut cmd = redis::cmd("XADD");
         cmd.arg("t:cache-vectors").arg("*").arg("v").arg(&b"x"[..]);
         write_through(&redis, &metrics, cmd).await;
@@ -1102,7 +1102,7 @@ mod tests {
     #[tokio::test]
     async fn a_background_write_gives_up_after_its_attempts() {
         let (url, mut commands, accepted) = flaky_redis(usize::MAX).await;
-        let (redis, metrics) = (state(url), Metrics::new());
+        let (redis, metrics) = (state(url, Duration::from_millis(500)), Metrics::new());
         write_through(&redis, &metrics, redis::cmd("SET")).await;
         assert_eq!(accepted.load(Ordering::SeqCst), WRITE_ATTEMPTS as usize);
         assert!(commands.try_recv().is_err());

@@ -220,7 +220,6 @@ pub async fn run_sdk_env(script: &str, args: &[&str], env: &[(&str, &str)]) -> s
     serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("bad sdk output {stdout}: {e}"))
 }
 
-/// The text content of an OpenAI chat SSE body.
 /// The mock answering `text`.
 pub fn reply(text: &str) -> Behaviour {
     Behaviour {
@@ -254,6 +253,7 @@ pub fn floats(v: &serde_json::Value) -> Vec<f64> {
         .collect()
 }
 
+/// The text content of an OpenAI chat SSE body.
 pub fn streamed_text(sse: &str) -> String {
     sidetrack_dialects::openai_chat::stream_text(sse)
 }
