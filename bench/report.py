@@ -23,6 +23,8 @@ LABEL = {
 SSE_EXTRA = ["minimal-hold", "sidetrack-fb"]
 LABEL["minimal-hold"] = "minimal proxy, holding the first token"
 LABEL["sidetrack-fb"] = "sidetrack, `streamCommit: firstByte`"
+# (b) and (c) only: the minimal proxy plus the per-request work SPEC requires (minimal-proxy --floor).
+LABEL["floor"] = "floor: minimal proxy + model read, usage read, routing line to a file"
 FB_ARMS = ["fb-direct", "fb-503-closed", "fb-refuse-closed", "fb-503-open", "fb-refuse-open"]
 FB_LABEL = {
     "fb-direct": "secondary directly (reference)",
@@ -58,6 +60,8 @@ for line in (read("meta.txt") or "").splitlines():
         k, v = line.split("=", 1)
         meta[k] = v
 arms = [a for a in ARM_ORDER if a in meta.get("arms", "").split()]
+tput_extra = [a for a in ("floor",) if a in meta.get("tput_extra", "").split()]
+tput_arms = arms + tput_extra
 rounds = sorted({int(m.group(1)) for f in os.listdir(RAW) for m in [re.match(r"r(\d+)_", f)] if m})
 
 UNIT = {"us": 1.0, "ms": 1e3, "s": 1e6}
@@ -130,12 +134,12 @@ p50 = per_round(lambda r, a: lat1(r, a, "p50"))
 p99 = per_round(lambda r, a: lat1(r, a, "p99"))
 add50 = per_round(lambda r, a: added(r, a, lambda r, a: lat1(r, a, "p50")))
 add99 = per_round(lambda r, a: added(r, a, lambda r, a: lat1(r, a, "p99")))
-rps = {c: per_round(lambda r, a, c=c: get(wrk(r, f"rps{c}", a), "rps")) for c in (32, 256)}
+rps = {c: per_round(lambda r, a, c=c: get(wrk(r, f"rps{c}", a), "rps"), tput_arms) for c in (32, 256)}
 errs = {
-    c: per_round(lambda r, a, c=c: (lambda w: None if w is None else w["non2xx"] + w["sockerr"])(wrk(r, f"rps{c}", a)))
+    c: per_round(lambda r, a, c=c: (lambda w: None if w is None else w["non2xx"] + w["sockerr"])(wrk(r, f"rps{c}", a)), tput_arms)
     for c in (32, 256)
 }
-p99_32 = per_round(lambda r, a: get(wrk(r, "rps32", a), "p99"))
+p99_32 = per_round(lambda r, a: get(wrk(r, "rps32", a), "p99"), tput_arms)
 
 
 def cpu_us(r, a):
@@ -147,8 +151,8 @@ def cpu_us(r, a):
     return ticks / hz * 1e6 / (h["ok"] + h["other"])
 
 
-cpu = per_round(cpu_us)
-cpu_rate = per_round(lambda r, a: get(parse_hey(read(f"r{r}_cpu_{a}.txt")), "rps"))
+cpu = per_round(cpu_us, tput_arms)
+cpu_rate = per_round(lambda r, a: get(parse_hey(read(f"r{r}_cpu_{a}.txt")), "rps"), tput_arms)
 
 
 def sse(r, a, *ks):
@@ -352,6 +356,17 @@ w("|---|---:|---:|---|---|")
 for name, want, v, ok, frm in I15:
     w(f"| {name} | {want} | {'–' if v is None else f'{v:.2f}×'} | {verdict(None if v is None else ok(v))} | {frm} |")
 w("")
+if tput_extra:
+    w("The floor (`minimal-proxy --floor`, bench/minimal-proxy/src/floor.rs) is the minimal proxy plus only the work SPEC "
+      "requires of a gateway for every request: it reads the request's `model`, reads the answer's `usage`, and writes one "
+      "routing line of SPEC §7.1's fields (~700 bytes, as sidetrack's) per request to a file through a batching writer "
+      "thread. It shows how close to the minimal proxy anything doing that work can come on this machine:")
+    w("")
+    w("| same run | floor ÷ minimal proxy | sidetrack ÷ floor |")
+    w("|---|---:|---:|")
+    w(f"| throughput @32 | {ratio(rps[32].get('floor'), rps[32].get('minimal'))} | {ratio(rps[32].get('sidetrack'), rps[32].get('floor'))} |")
+    w(f"| CPU per request | {ratio(cpu.get('floor'), cpu.get('minimal'))} | {ratio(cpu.get('sidetrack'), cpu.get('floor'))} |")
+    w("")
 rl = routing_log()
 if rl:
     rec, req, drop = rl.get("records"), rl.get("requests"), rl.get("dropped")
@@ -369,12 +384,16 @@ for a in arms:
       f"{ratio(add99[a], add99.get('minimal')) if a not in ('direct',) else '–'} | {num(rps[32][a])} | {ratio(rps[32][a], rps[32]['direct'])} | "
       f"{ratio(rps[32][a], rps[32].get('minimal'))} | {us(p99_32[a])} | {num(rps[256][a])} | {ratio(rps[256][a], rps[256].get('minimal'))} | "
       f"{num(errs[32][a])}/{num(errs[256][a])} |")
+for a in tput_extra:
+    w(f"| {LABEL[a]} | – | – | – | – | – | {num(rps[32][a])} | {ratio(rps[32][a], rps[32]['direct'])} | "
+      f"{ratio(rps[32][a], rps[32].get('minimal'))} | {us(p99_32[a])} | {num(rps[256][a])} | {ratio(rps[256][a], rps[256].get('minimal'))} | "
+      f"{num(errs[32][a])}/{num(errs[256][a])} |")
 w("")
 w(f"## (c) CPU per request at a fixed rate ({meta.get('rounds', '').split('rate=')[-1].split()[0] if 'rate=' in meta.get('rounds', '') else '?'} rps offered)")
 w("")
 w("| arm | achieved rps | CPU µs / request (process under test) | ÷ minimal |")
 w("|---|---:|---:|---:|")
-for a in arms:
+for a in tput_arms:
     name = LABEL[a] + (" (bench/upstream itself)" if a == "direct" else "")
     w(f"| {name} | {num(cpu_rate[a])} | {num(cpu[a], '{:,.1f}')} | {ratio(cpu[a], cpu.get('minimal')) if a != 'direct' else '–'} |")
 w("")

@@ -1,6 +1,6 @@
 //! The "physical limit" baseline: accept HTTP/1.1, forward every request unchanged to one upstream
 //! over a pooled keep-alive client (TCP_NODELAY on both sides), stream the answer back. No parsing.
-//! Usage: minimal-proxy LISTEN_ADDR UPSTREAM_ADDR [--hold-first-token] [--current-thread]
+//! Usage: minimal-proxy LISTEN_ADDR UPSTREAM_ADDR [--hold-first-token | --floor LOG_FILE] [--current-thread]
 //!        (e.g. 127.0.0.1:18081 127.0.0.1:18080)
 //!
 //! It runs tokio's default multi-threaded runtime (`bench/run`'s baseline). `--current-thread`
@@ -12,6 +12,9 @@
 //! then sent together. Its test for content is a byte search for a non-empty `"content":"…"`, which
 //! is enough for the mock's OpenAI chat streams and for nothing else. It exists to show what that
 //! rule costs by itself, so the gateway's own cost can be read apart from it.
+//!
+//! `--floor LOG_FILE` adds the per-request work SPEC requires of any gateway instead (`floor.rs`).
+mod floor;
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::server::conn::http1;
@@ -87,23 +90,35 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (Some(listen), Some(upstream)) = (args.next(), args.next()) else {
         return Err("usage: minimal-proxy LISTEN UPSTREAM [--hold-first-token] [--current-thread]".into());
     };
-    let (mut hold, mut current) = (false, false);
-    for arg in args {
+    let (mut mode, mut current) = (Mode::Plain, false);
+    while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--hold-first-token" => hold = true,
+            "--hold-first-token" => mode = Mode::Hold,
+            "--floor" => mode = Mode::Floor(floor::Log::start(&args.next().ok_or("--floor needs a log file")?)?),
             "--current-thread" => current = true,
             other => return Err(format!("unknown option {other}").into()),
         }
     }
     let mut rt = if current { tokio::runtime::Builder::new_current_thread() } else { tokio::runtime::Builder::new_multi_thread() };
-    rt.enable_all().build()?.block_on(serve(listen, upstream, hold))
+    rt.enable_all().build()?.block_on(serve(listen, upstream, mode))
 }
 
-async fn serve(listen: String, upstream: String, hold: bool) -> Result<(), Box<dyn std::error::Error>> {
+enum Mode {
+    Plain,
+    Hold,
+    Floor(floor::Log),
+}
+
+async fn serve(listen: String, upstream: String, mode: Mode) -> Result<(), Box<dyn std::error::Error>> {
     let upstream: Arc<str> = upstream.into();
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     let client: Upstream = Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(2048)
+        .build(connector.clone());
+    // the floor sends the body it has read whole
+    let buffered: floor::Upstream = Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(2048)
         .build(connector);
@@ -113,16 +128,22 @@ async fn serve(listen: String, upstream: String, hold: bool) -> Result<(), Box<d
         sock.set_nodelay(true)?;
         let (client, upstream) = (client.clone(), upstream.clone());
         let io = TokioIo::new(sock);
-        if hold {
-            tokio::spawn(async move {
+        match &mode {
+            Mode::Hold => tokio::spawn(async move {
                 let svc = service_fn(move |req| forward_holding(client.clone(), upstream.clone(), req));
                 let _ = http1::Builder::new().serve_connection(io, svc).await;
-            });
-        } else {
-            tokio::spawn(async move {
+            }),
+            Mode::Floor(log) => {
+                let (buffered, log) = (buffered.clone(), log.clone());
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| floor::forward(buffered.clone(), upstream.clone(), log.clone(), req));
+                    let _ = http1::Builder::new().serve_connection(io, svc).await;
+                })
+            }
+            Mode::Plain => tokio::spawn(async move {
                 let svc = service_fn(move |req| forward(client.clone(), upstream.clone(), req));
                 let _ = http1::Builder::new().serve_connection(io, svc).await;
-            });
-        }
+            }),
+        };
     }
 }
