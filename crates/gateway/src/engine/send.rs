@@ -9,11 +9,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::response::Parts;
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Error as ClientError;
 use sidetrack_resilience::{walk, ErrorKind, Outcome};
 use tokio::time::Instant;
 
 use super::body::{next_data, within, Read, Timer};
+use crate::providers::pool::SendError as ClientError;
 
 /// An upstream that answered: its head, the first body chunk (`None` for an empty body), the
 /// rest, and the attempt's timer, now set to the request deadline.

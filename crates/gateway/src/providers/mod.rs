@@ -7,6 +7,7 @@ mod azure;
 mod bedrock;
 mod gemini;
 mod openai;
+pub mod pool;
 pub mod vertex;
 
 use std::time::Duration;
@@ -15,18 +16,16 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 use http_body_util::Full;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use sidetrack_config::{Config, ProviderKind, Target};
 use sidetrack_dialects::Dialect;
 
-pub type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub use pool::HttpClient;
 
 static UA: http::HeaderValue =
     http::HeaderValue::from_static(concat!("sidetrack/", env!("CARGO_PKG_VERSION")));
 
-/// One pooled keep-alive client per target (its connect timeout lives in the connector), and the
-/// parts of its requests that never change.
+/// One pool of keep-alive connections per target (its connect timeout lives in the connector), and
+/// the parts of its requests that never change.
 pub struct Upstreams {
     targets: Vec<(HttpClient, Endpoint)>,
 }
@@ -178,10 +177,7 @@ fn client(connect_timeout: Duration) -> HttpClient {
         .enable_http1()
         .enable_http2()
         .wrap_connector(http);
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(256)
-        .build(https)
+    HttpClient::new(https, Duration::from_secs(90))
 }
 
 /// Why an outbound request could not be built (a config or credentials problem surfaced at

@@ -1,0 +1,618 @@
+//! The upstream connections of one target: keep-alive HTTP/1.1 connections and shared HTTP/2 ones
+//! (ALPN decides, through the same rustls connector as before), opened on demand and reused.
+//!
+//! Why not hyper-util's legacy `Client`: for every HTTP/1.1 answer that still has a body to read
+//! when its head arrives (all of them, for a proxy), it spawns a task that waits for the connection
+//! to be free again and then puts it back in the pool, and it hashes the pool key on checkout and
+//! on return. Here a connection goes back on the list as soon as its request is sent; it is simply
+//! skipped while its answer is still being read (hyper's `SendRequest::is_ready`), so nothing is
+//! spawned per request (docs/decisions/0003-hot-path.md, "Tenth pass").
+//!
+//! What is kept from the legacy client: the connector (TCP_NODELAY, keepalive, the connect
+//! timeout, TLS with webpki roots, ALPN `h2` then `http/1.1`); `Host` set from the URL and the
+//! origin-form path on HTTP/1.1; an unsent request tried again on another connection when a reused
+//! connection turns out to be closed (the keep-alive race with a server that closed it while idle),
+//! never on a fresh one; idle connections dropped after `idle_timeout`. Bounds: at most
+//! [`MAX_PER_HOST`] connections kept per host (more concurrent requests open connections that close
+//! after their answer) and [`MAX_HOSTS`] hosts per target.
+
+use std::collections::VecDeque;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{header::HOST, HeaderValue, Request, Response, Uri};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::{Connection, HttpConnector};
+use hyper_util::rt::TokioExecutor;
+use tokio::time::Instant;
+use tower_service::Service;
+
+type Body = Full<Bytes>;
+
+/// Connections kept per host (busy and idle); the legacy client's `pool_max_idle_per_host` was 256.
+pub const MAX_PER_HOST: usize = 256;
+/// Hosts kept per target (a target normally has one; Vertex adds its token endpoint).
+pub const MAX_HOSTS: usize = 8;
+
+/// One target's connections. Cloning is cheap (one `Arc`).
+#[derive(Clone)]
+pub struct HttpClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    connector: HttpsConnector<HttpConnector>,
+    hosts: Mutex<Vec<Host>>,
+    idle_timeout: Duration,
+    /// [`MAX_PER_HOST`], smaller in tests.
+    max_per_host: usize,
+}
+
+struct Host {
+    scheme: Scheme,
+    authority: Authority,
+    /// Oldest use first: a connection sent on goes to the back, so the front is the likeliest to
+    /// have finished its answer.
+    conns: VecDeque<Conn>,
+}
+
+struct Conn {
+    sender: Sender,
+    last_used: Instant,
+}
+
+enum Sender {
+    H1(http1::SendRequest<Body>),
+    H2(http2::SendRequest<Body>),
+}
+
+impl Sender {
+    fn is_closed(&self) -> bool {
+        match self {
+            Sender::H1(s) => s.is_closed(),
+            Sender::H2(s) => s.is_closed(),
+        }
+    }
+}
+
+/// Why a request got no answer head.
+#[derive(Debug)]
+pub struct SendError {
+    connect: bool,
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl SendError {
+    /// The connection could not be made (refused, DNS, connect timeout, TLS, handshake).
+    pub fn is_connect(&self) -> bool {
+        self.connect
+    }
+
+    fn connect(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> SendError {
+        SendError {
+            connect: true,
+            source: e.into(),
+        }
+    }
+
+    fn transport(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> SendError {
+        SendError {
+            connect: false,
+            source: e.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = if self.connect { "connect" } else { "send" };
+        write!(f, "{what}: {}", self.source)
+    }
+}
+
+impl std::error::Error for SendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+/// The answer's head, or why there is none. Boxed, so a caller's future holds 16 bytes for it.
+pub type ResponseFuture =
+    Pin<Box<dyn Future<Output = Result<Response<Incoming>, SendError>> + Send>>;
+
+impl HttpClient {
+    pub fn new(connector: HttpsConnector<HttpConnector>, idle_timeout: Duration) -> HttpClient {
+        HttpClient {
+            inner: Arc::new(Inner {
+                connector,
+                hosts: Mutex::new(Vec::new()),
+                idle_timeout,
+                max_per_host: MAX_PER_HOST,
+            }),
+        }
+    }
+
+    /// Sends `req` (an absolute URL) on a kept connection, or on a new one. Nothing happens
+    /// before the first poll.
+    pub fn request(&self, req: Request<Body>) -> ResponseFuture {
+        let inner = self.inner.clone();
+        Box::pin(async move { inner.send(req).await })
+    }
+
+    /// Connections kept for `url`'s host, busy or idle (tests).
+    #[cfg(test)]
+    fn kept(&self, url: &Uri) -> usize {
+        let (scheme, authority) = (url.scheme().cloned(), url.authority().cloned());
+        self.inner
+            .lock()
+            .iter()
+            .find(|h| {
+                Some(&h.scheme) == scheme.as_ref() && Some(&h.authority) == authority.as_ref()
+            })
+            .map_or(0, |h| h.conns.len())
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Host>> {
+        self.hosts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn send(&self, mut req: Request<Body>) -> Result<Response<Incoming>, SendError> {
+        let url = req.uri().clone();
+        let (Some(scheme), Some(authority)) = (url.scheme().cloned(), url.authority().cloned())
+        else {
+            return Err(SendError::transport(format!("not an absolute URL: {url}")));
+        };
+        loop {
+            let (sender, reused) = match self.checkout(&scheme, &authority) {
+                Some(s) => (s, true),
+                None => (self.connect(&url, &scheme, &authority).await?, false),
+            };
+            let sent = match sender {
+                Sender::H1(mut s) => {
+                    origin_form(&mut req, &url);
+                    let answer = s.try_send_request(req);
+                    // Back on the list at once: it is skipped until its answer has been read.
+                    self.keep(&scheme, &authority, Sender::H1(s));
+                    answer.await
+                }
+                Sender::H2(mut s) => s.try_send_request(req).await,
+            };
+            match sent {
+                Ok(resp) => return Ok(resp),
+                Err(mut e) => match e.take_message() {
+                    // Never written: a kept connection the server had closed. Try another.
+                    Some(unsent) if reused => {
+                        req = unsent;
+                        *req.uri_mut() = url.clone();
+                    }
+                    _ => return Err(SendError::transport(e.into_error())),
+                },
+            }
+        }
+    }
+
+    /// A connection ready for one more request, dropping closed and expired ones on the way.
+    fn checkout(&self, scheme: &Scheme, authority: &Authority) -> Option<Sender> {
+        let mut hosts = self.lock();
+        let host = hosts
+            .iter_mut()
+            .find(|h| h.scheme == *scheme && h.authority == *authority)?;
+        let now = Instant::now();
+        for _ in 0..host.conns.len() {
+            let mut conn = host.conns.pop_front()?;
+            if conn.sender.is_closed() {
+                continue;
+            }
+            let ready = match &conn.sender {
+                Sender::H1(s) => s.is_ready(),
+                Sender::H2(s) => s.is_ready(),
+            };
+            if !ready {
+                host.conns.push_back(conn);
+                continue;
+            }
+            if now.saturating_duration_since(conn.last_used) >= self.idle_timeout {
+                continue;
+            }
+            conn.last_used = now;
+            return match &conn.sender {
+                // Shared: it stays on the list, at the front.
+                Sender::H2(s) => {
+                    let s = s.clone();
+                    host.conns.push_front(conn);
+                    Some(Sender::H2(s))
+                }
+                Sender::H1(_) => Some(conn.sender),
+            };
+        }
+        None
+    }
+
+    /// Keeps a connection for later requests, within the bounds.
+    fn keep(&self, scheme: &Scheme, authority: &Authority, sender: Sender) {
+        let mut hosts = self.lock();
+        let at = match hosts
+            .iter()
+            .position(|h| h.scheme == *scheme && h.authority == *authority)
+        {
+            Some(i) => i,
+            None => {
+                if hosts.len() >= MAX_HOSTS {
+                    hosts.remove(0);
+                }
+                hosts.push(Host {
+                    scheme: scheme.clone(),
+                    authority: authority.clone(),
+                    conns: VecDeque::new(),
+                });
+                hosts.len() - 1
+            }
+        };
+        let conns = &mut hosts[at].conns;
+        if conns.len() < self.max_per_host {
+            conns.push_back(Conn {
+                sender,
+                last_used: Instant::now(),
+            });
+        }
+        // else dropped: an HTTP/1.1 connection closes once its answer has been read.
+    }
+
+    /// Opens a connection: TCP (and TLS) through the connector, then the HTTP/2 handshake when
+    /// ALPN chose `h2`, HTTP/1.1 otherwise. Its I/O runs in a task of its own.
+    async fn connect(
+        &self,
+        url: &Uri,
+        scheme: &Scheme,
+        authority: &Authority,
+    ) -> Result<Sender, SendError> {
+        let mut connector = self.connector.clone();
+        poll_fn(|cx| connector.poll_ready(cx))
+            .await
+            .map_err(SendError::connect)?;
+        let io = connector
+            .call(url.clone())
+            .await
+            .map_err(SendError::connect)?;
+        if io.connected().is_negotiated_h2() {
+            let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+                .handshake(io)
+                .await
+                .map_err(SendError::connect)?;
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            self.keep(scheme, authority, Sender::H2(sender.clone()));
+            Ok(Sender::H2(sender))
+        } else {
+            let (sender, conn) = http1::handshake(io).await.map_err(SendError::connect)?;
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            Ok(Sender::H1(sender))
+        }
+    }
+}
+
+/// HTTP/1.1 wants `Host` and the path alone on the request line.
+fn origin_form(req: &mut Request<Body>, url: &Uri) {
+    if !req.headers().contains_key(HOST) {
+        if let Some(host) = host_header(url) {
+            req.headers_mut().insert(HOST, host);
+        }
+    }
+    let path = url
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    *req.uri_mut() = Uri::from(path);
+}
+
+/// `host` or `host:port` when the port is not the scheme's default.
+fn host_header(url: &Uri) -> Option<HeaderValue> {
+    let host = url.host()?;
+    let default = match url.scheme_str() {
+        Some("https") => Some(443),
+        Some("http") => Some(80),
+        _ => None,
+    };
+    match url.port_u16() {
+        Some(port) if Some(port) != default => HeaderValue::try_from(format!("{host}:{port}")).ok(),
+        _ => HeaderValue::from_str(host).ok(),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use http_body_util::BodyExt;
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+    use tokio::sync::watch;
+
+    /// A local upstream answering `ok` to every request once `release` says so (at once when it
+    /// starts released); counts the connections it accepted. With `tls`, it offers ALPN `h2` and
+    /// `http/1.1` and serves either.
+    struct Upstream {
+        url: String,
+        accepted: Arc<AtomicUsize>,
+        release: watch::Sender<bool>,
+        roots: Option<rustls::RootCertStore>,
+    }
+
+    async fn upstream(released: bool, tls: bool) -> Upstream {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let (release, rx) = watch::channel(released);
+        let (acceptor, roots) = if tls {
+            let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(cert.cert.der().clone()).unwrap();
+            let key = rustls_pki_types::PrivateKeyDer::try_from(cert.signing_key.serialize_der())
+                .unwrap();
+            let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.cert.der().clone()], key)
+            .unwrap();
+            config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            (
+                Some(tokio_rustls::TlsAcceptor::from(Arc::new(config))),
+                Some(roots),
+            )
+        } else {
+            (None, None)
+        };
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                count.fetch_add(1, Ordering::SeqCst);
+                let (rx, acceptor) = (rx.clone(), acceptor.clone());
+                tokio::spawn(async move {
+                    let svc = service_fn(move |_req| {
+                        let mut rx = rx.clone();
+                        async move {
+                            let _ = rx.wait_for(|go| *go).await;
+                            Ok::<_, std::convert::Infallible>(Response::new(Full::new(
+                                Bytes::from_static(b"ok"),
+                            )))
+                        }
+                    });
+                    let auto = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    match acceptor {
+                        Some(a) => {
+                            let Ok(tls) = a.accept(tcp).await else { return };
+                            let _ = auto.serve_connection(TokioIo::new(tls), svc).await;
+                        }
+                        None => {
+                            let _ = auto.serve_connection(TokioIo::new(tcp), svc).await;
+                        }
+                    }
+                });
+            }
+        });
+        let scheme = if tls {
+            "https://localhost"
+        } else {
+            "http://127.0.0.1"
+        };
+        Upstream {
+            url: format!("{scheme}:{port}/v1/x"),
+            accepted,
+            release,
+            roots,
+        }
+    }
+
+    fn pool(up: &Upstream, idle: Duration, max_per_host: usize) -> HttpClient {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        let builder = hyper_rustls::HttpsConnectorBuilder::new();
+        let builder = match &up.roots {
+            Some(roots) => builder.with_tls_config(
+                rustls::ClientConfig::builder_with_provider(Arc::new(
+                    rustls::crypto::ring::default_provider(),
+                ))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots.clone())
+                .with_no_client_auth(),
+            ),
+            None => builder.with_webpki_roots(),
+        };
+        let https = builder
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(http);
+        let client = HttpClient::new(https, idle);
+        HttpClient {
+            inner: Arc::new(Inner {
+                connector: client.inner.connector.clone(),
+                hosts: Mutex::new(Vec::new()),
+                idle_timeout: idle,
+                max_per_host,
+            }),
+        }
+    }
+
+    async fn get(client: &HttpClient, url: &str) -> (http::Version, Bytes) {
+        let mut req = Request::new(Full::new(Bytes::from_static(b"{}")));
+        *req.method_mut() = http::Method::POST;
+        *req.uri_mut() = url.parse().unwrap();
+        let resp = client.request(req).await.unwrap();
+        let version = resp.version();
+        (
+            version,
+            resp.into_body().collect().await.unwrap().to_bytes(),
+        )
+    }
+
+    #[tokio::test]
+    async fn one_kept_connection_serves_requests_one_after_another() {
+        let up = upstream(true, false).await;
+        let client = pool(&up, Duration::from_secs(90), MAX_PER_HOST);
+        for _ in 0..5 {
+            let (version, body) = get(&client, &up.url).await;
+            assert_eq!((version, &body[..]), (http::Version::HTTP_11, &b"ok"[..]));
+            // the connection's task notices the answer was read before the next checkout
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(up.accepted.load(Ordering::SeqCst), 1);
+        assert_eq!(client.kept(&up.url.parse().unwrap()), 1);
+    }
+
+    #[tokio::test]
+    async fn a_busy_connection_is_skipped_and_no_more_than_the_bound_are_kept() {
+        let up = upstream(false, false).await;
+        let client = pool(&up, Duration::from_secs(90), 2);
+        let held: Vec<_> = (0..4)
+            .map(|_| {
+                let (client, url) = (client.clone(), up.url.clone());
+                tokio::spawn(async move { get(&client, &url).await })
+            })
+            .collect();
+        while up.accepted.load(Ordering::SeqCst) < 4 {
+            tokio::task::yield_now().await;
+        }
+        // four answers in flight: four connections, of which two are kept
+        assert_eq!(client.kept(&up.url.parse().unwrap()), 2);
+        up.release.send(true).unwrap();
+        for h in held {
+            assert_eq!(&h.await.unwrap().1[..], b"ok");
+        }
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+            get(&client, &up.url).await;
+        }
+        assert_eq!(
+            up.accepted.load(Ordering::SeqCst),
+            4,
+            "the kept two serve what follows"
+        );
+        assert_eq!(client.kept(&up.url.parse().unwrap()), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_past_its_timeout_is_dropped_not_reused() {
+        let up = upstream(true, false).await;
+        let client = pool(&up, Duration::from_secs(90), MAX_PER_HOST);
+        get(&client, &up.url).await;
+        tokio::task::yield_now().await;
+        tokio::time::advance(Duration::from_secs(89)).await;
+        get(&client, &up.url).await;
+        assert_eq!(up.accepted.load(Ordering::SeqCst), 1, "89 s idle: reused");
+        tokio::task::yield_now().await;
+        tokio::time::advance(Duration::from_secs(91)).await;
+        get(&client, &up.url).await;
+        assert_eq!(
+            up.accepted.load(Ordering::SeqCst),
+            2,
+            "91 s idle: a new connection"
+        );
+        assert_eq!(client.kept(&up.url.parse().unwrap()), 1);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_server_closed_does_not_fail_the_next_request() {
+        let up = upstream(true, false).await; // for its connector settings only
+        let client = pool(&up, Duration::from_secs(90), MAX_PER_HOST);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v1/x", listener.local_addr().unwrap());
+        // answers one request per connection, then closes it without saying so
+        let served = Arc::new(AtomicUsize::new(0));
+        let count = served.clone();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            loop {
+                let Ok((mut tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut buf = vec![0u8; 4096];
+                let _ = tcp.read(&mut buf).await;
+                let _ = tcp
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+                count.fetch_add(1, Ordering::SeqCst);
+                drop(tcp);
+            }
+        });
+        for _ in 0..3 {
+            assert_eq!(&get(&client, &url).await.1[..], b"ok");
+        }
+        assert_eq!(served.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn tls_with_alpn_h2_shares_one_connection_between_concurrent_requests() {
+        let up = upstream(false, true).await;
+        let client = pool(&up, Duration::from_secs(90), MAX_PER_HOST);
+        // the first request makes the connection; the rest, concurrent, share it
+        let first = {
+            let (client, url) = (client.clone(), up.url.clone());
+            tokio::spawn(async move { get(&client, &url).await })
+        };
+        while up.accepted.load(Ordering::SeqCst) < 1 || client.kept(&up.url.parse().unwrap()) < 1 {
+            tokio::task::yield_now().await;
+        }
+        let rest: Vec<_> = (0..3)
+            .map(|_| {
+                let (client, url) = (client.clone(), up.url.clone());
+                tokio::spawn(async move { get(&client, &url).await })
+            })
+            .collect();
+        up.release.send(true).unwrap();
+        for h in std::iter::once(first).chain(rest) {
+            let (version, body) = h.await.unwrap();
+            assert_eq!((version, &body[..]), (http::Version::HTTP_2, &b"ok"[..]));
+        }
+        assert_eq!(up.accepted.load(Ordering::SeqCst), 1);
+        assert_eq!(client.kept(&up.url.parse().unwrap()), 1);
+    }
+
+    #[test]
+    fn the_host_header_names_a_port_only_when_it_is_not_the_default() {
+        let h = |u: &str| host_header(&u.parse().unwrap()).unwrap();
+        assert_eq!(h("http://up.example/v1"), "up.example");
+        assert_eq!(h("http://up.example:80/v1"), "up.example");
+        assert_eq!(h("https://up.example:443/v1"), "up.example");
+        assert_eq!(h("http://127.0.0.1:18090/v1"), "127.0.0.1:18090");
+        assert_eq!(h("https://up.example:8443/v1"), "up.example:8443");
+    }
+
+    #[test]
+    fn http1_requests_carry_the_origin_form_and_keep_a_host_they_were_given() {
+        let url: Uri = "http://127.0.0.1:9/v1/chat/completions?x=1"
+            .parse()
+            .unwrap();
+        let mut req = Request::new(Full::new(Bytes::new()));
+        origin_form(&mut req, &url);
+        assert_eq!(req.uri(), "/v1/chat/completions?x=1");
+        assert_eq!(req.headers()[HOST], "127.0.0.1:9");
+        let mut signed = Request::new(Full::new(Bytes::new()));
+        signed
+            .headers_mut()
+            .insert(HOST, HeaderValue::from_static("signed.example"));
+        origin_form(&mut signed, &url);
+        assert_eq!(signed.headers()[HOST], "signed.example");
+    }
+}
