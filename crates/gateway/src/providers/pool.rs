@@ -12,9 +12,11 @@
 //! timeout, TLS with webpki roots, ALPN `h2` then `http/1.1`); `Host` set from the URL and the
 //! origin-form path on HTTP/1.1; an unsent request tried again on another connection when a reused
 //! connection turns out to be closed (the keep-alive race with a server that closed it while idle),
-//! never on a fresh one; idle connections dropped after `idle_timeout`. Bounds: at most
-//! [`MAX_PER_HOST`] connections kept per host (more concurrent requests open connections that close
-//! after their answer) and [`MAX_HOSTS`] hosts per target.
+//! never on a fresh one; idle connections dropped after `idle_timeout`; one HTTP/2 connection kept
+//! per host (requests that arrive together before the first is up each open one, and all but one
+//! close after their answer). Bounds: at most [`MAX_PER_HOST`] connections kept per host (more
+//! concurrent requests open connections that close after their answer) and [`MAX_HOSTS`] hosts per
+//! target.
 
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
@@ -258,6 +260,12 @@ impl Inner {
             }
         };
         let conns = &mut hosts[at].conns;
+        // One HTTP/2 connection per host: one made by a burst that arrived before the first was
+        // up serves its own request and closes when that is done.
+        let shared = |c: &Conn| matches!(&c.sender, Sender::H2(s) if !s.is_closed());
+        if matches!(sender, Sender::H2(_)) && conns.iter().any(shared) {
+            return;
+        }
         if conns.len() < self.max_per_host {
             conns.push_back(Conn {
                 sender,
@@ -560,6 +568,28 @@ mod tests {
             assert_eq!(&get(&client, &url).await.1[..], b"ok");
         }
         assert_eq!(served.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn an_http2_burst_before_the_first_connection_keeps_only_one() {
+        let up = upstream(false, true).await;
+        let client = pool(&up, Duration::from_secs(90), MAX_PER_HOST);
+        let burst: Vec<_> = (0..4)
+            .map(|_| {
+                let (client, url) = (client.clone(), up.url.clone());
+                tokio::spawn(async move { get(&client, &url).await })
+            })
+            .collect();
+        while up.accepted.load(Ordering::SeqCst) < 4 {
+            tokio::task::yield_now().await;
+        }
+        up.release.send(true).unwrap();
+        for h in burst {
+            assert_eq!(h.await.unwrap().0, http::Version::HTTP_2);
+        }
+        assert_eq!(client.kept(&up.url.parse().unwrap()), 1);
+        get(&client, &up.url).await;
+        assert_eq!(up.accepted.load(Ordering::SeqCst), 4, "the kept one serves what follows");
     }
 
     #[tokio::test]
