@@ -589,7 +589,11 @@ mod tests {
         }
         assert_eq!(client.kept(&up.url.parse().unwrap()), 1);
         get(&client, &up.url).await;
-        assert_eq!(up.accepted.load(Ordering::SeqCst), 4, "the kept one serves what follows");
+        assert_eq!(
+            up.accepted.load(Ordering::SeqCst),
+            4,
+            "the kept one serves what follows"
+        );
     }
 
     #[tokio::test]
