@@ -463,6 +463,27 @@ mod tests {
         }
     }
 
+    /// `n` requests sent at once, each in a task of its own.
+    fn at_once(
+        client: &HttpClient,
+        up: &Upstream,
+        n: usize,
+    ) -> Vec<tokio::task::JoinHandle<(http::Version, Bytes)>> {
+        (0..n)
+            .map(|_| {
+                let (client, url) = (client.clone(), up.url.clone());
+                tokio::spawn(async move { get(&client, &url).await })
+            })
+            .collect()
+    }
+
+    /// Until the upstream has accepted `n` connections.
+    async fn accepted(up: &Upstream, n: usize) {
+        while up.accepted.load(Ordering::SeqCst) < n {
+            tokio::task::yield_now().await;
+        }
+    }
+
     async fn get(client: &HttpClient, url: &str) -> (http::Version, Bytes) {
         let mut req = Request::new(Full::new(Bytes::from_static(b"{}")));
         *req.method_mut() = http::Method::POST;
@@ -493,15 +514,8 @@ mod tests {
     async fn a_busy_connection_is_skipped_and_no_more_than_the_bound_are_kept() {
         let up = upstream(false, false).await;
         let client = pool(&up, Duration::from_secs(90), 2);
-        let held: Vec<_> = (0..4)
-            .map(|_| {
-                let (client, url) = (client.clone(), up.url.clone());
-                tokio::spawn(async move { get(&client, &url).await })
-            })
-            .collect();
-        while up.accepted.load(Ordering::SeqCst) < 4 {
-            tokio::task::yield_now().await;
-        }
+        let held = at_once(&client, &up, 4);
+        accepted(&up, 4).await;
         // four answers in flight: four connections, of which two are kept
         assert_eq!(client.kept(&up.url.parse().unwrap()), 2);
         up.release.send(true).unwrap();
@@ -574,15 +588,8 @@ mod tests {
     async fn an_http2_burst_before_the_first_connection_keeps_only_one() {
         let up = upstream(false, true).await;
         let client = pool(&up, Duration::from_secs(90), MAX_PER_HOST);
-        let burst: Vec<_> = (0..4)
-            .map(|_| {
-                let (client, url) = (client.clone(), up.url.clone());
-                tokio::spawn(async move { get(&client, &url).await })
-            })
-            .collect();
-        while up.accepted.load(Ordering::SeqCst) < 4 {
-            tokio::task::yield_now().await;
-        }
+        let burst = at_once(&client, &up, 4);
+        accepted(&up, 4).await;
         up.release.send(true).unwrap();
         for h in burst {
             assert_eq!(h.await.unwrap().0, http::Version::HTTP_2);
@@ -608,12 +615,7 @@ mod tests {
         while up.accepted.load(Ordering::SeqCst) < 1 || client.kept(&up.url.parse().unwrap()) < 1 {
             tokio::task::yield_now().await;
         }
-        let rest: Vec<_> = (0..3)
-            .map(|_| {
-                let (client, url) = (client.clone(), up.url.clone());
-                tokio::spawn(async move { get(&client, &url).await })
-            })
-            .collect();
+        let rest = at_once(&client, &up, 3);
         up.release.send(true).unwrap();
         for h in std::iter::once(first).chain(rest) {
             let (version, body) = h.await.unwrap();
