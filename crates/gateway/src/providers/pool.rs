@@ -10,9 +10,9 @@
 //!
 //! What is kept from the legacy client: the connector (TCP_NODELAY, keepalive, the connect
 //! timeout, TLS with webpki roots, ALPN `h2` then `http/1.1`); `Host` set from the URL and the
-//! origin-form path on HTTP/1.1; an unsent request tried again on another connection when a reused
-//! connection turns out to be closed (the keep-alive race with a server that closed it while idle),
-//! never on a fresh one; idle connections dropped after `idle_timeout`; one HTTP/2 connection kept
+//! origin-form path on HTTP/1.1; an unsent request tried again, once, on a new connection when a
+//! kept connection turns out to be closed (the keep-alive race with a server that closed it while
+//! idle), never after a fresh one; idle connections dropped after `idle_timeout`; one HTTP/2 connection kept
 //! per host (requests that arrive together before the first is up each open one, and all but one
 //! close after their answer). Bounds: at most [`MAX_PER_HOST`] connections kept per host (more
 //! concurrent requests open connections that close after their answer) and [`MAX_HOSTS`] hosts per
@@ -67,6 +67,7 @@ struct Host {
 
 struct Conn {
     sender: Sender,
+    /// When it last took a request, or was last seen still reading an answer; idle from then.
     last_used: Instant,
 }
 
@@ -173,8 +174,16 @@ impl Inner {
         else {
             return Err(SendError::transport(format!("not an absolute URL: {url}")));
         };
+        // After an unsent request on a kept connection, the next try opens a connection: so the
+        // tries are at most two, whatever state the kept connections are in.
+        let mut fresh = false;
         loop {
-            let (sender, reused) = match self.checkout(&scheme, &authority) {
+            let kept = if fresh {
+                None
+            } else {
+                self.checkout(&scheme, &authority)
+            };
+            let (sender, reused) = match kept {
                 Some(s) => (s, true),
                 None => (self.connect(&url, &scheme, &authority).await?, false),
             };
@@ -195,6 +204,7 @@ impl Inner {
                     Some(unsent) if reused => {
                         req = unsent;
                         *req.uri_mut() = url.clone();
+                        fresh = true;
                     }
                     _ => return Err(SendError::transport(e.into_error())),
                 },
@@ -219,6 +229,8 @@ impl Inner {
                 Sender::H2(s) => s.is_ready(),
             };
             if !ready {
+                // Still reading an answer: in use, not idle.
+                conn.last_used = now;
                 host.conns.push_back(conn);
                 continue;
             }
