@@ -332,17 +332,28 @@ def routing_log():
     return kv
 
 
+def rounds_of(fn):
+    """each round's own ratio, in round order: how far the rounds agree"""
+    vals = [fn(r) for r in rounds]
+    return "rounds " + ", ".join("–" if v is None else f"{v:.2f}" for v in vals) if vals else ""
+
+
+def rps_round(r, a, b):
+    return q(get(wrk(r, "rps32", a), "rps"), get(wrk(r, "rps32", b), "rps"))
+
+
 I15 = [
     ("throughput @32: sidetrack ÷ minimal proxy", "≥ 0.8×", q(rps[32].get("sidetrack"), rps[32].get("minimal")), lambda v: v >= 0.8,
-     f"{num(rps[32].get('sidetrack'))} vs {num(rps[32].get('minimal'))} rps"),
+     f"{num(rps[32].get('sidetrack'))} vs {num(rps[32].get('minimal'))} rps; {rounds_of(lambda r: rps_round(r, 'sidetrack', 'minimal'))}"),
     ("throughput @32: direct ÷ minimal proxy (the upstream is not the cap)", "≥ 1.2×", q(rps[32].get("direct"), rps[32].get("minimal")), lambda v: v >= 1.2,
      f"{num(rps[32].get('direct'))} vs {num(rps[32].get('minimal'))} rps"),
     ("added p99 @1 connection: sidetrack ÷ minimal", "≤ 1.3×", q(add99.get("sidetrack"), add99.get("minimal")), lambda v: v <= 1.3,
      f"{us(add99.get('sidetrack'))} vs {us(add99.get('minimal'))}"),
     ("added time to first token (p50): sidetrack ÷ minimal", "≤ 1.2×", q(addttft50.get("sidetrack"), addttft50.get("minimal")), lambda v: v <= 1.2,
-     f"{us(addttft50.get('sidetrack'))} vs {us(addttft50.get('minimal'))}"),
+     f"{us(addttft50.get('sidetrack'))} vs {us(addttft50.get('minimal'))}; "
+     f"{rounds_of(lambda r: q(pass_added(sse, r, 'sidetrack', 'ttft_us', 'p50'), pass_added(sse, r, 'minimal', 'ttft_us', 'p50')))}"),
     ("CPU per request: sidetrack ÷ minimal", "≤ 1.3×", q(cpu.get("sidetrack"), cpu.get("minimal")), lambda v: v <= 1.3,
-     f"{num(cpu.get('sidetrack'), '{:,.1f}')} vs {num(cpu.get('minimal'), '{:,.1f}')} µs"),
+     f"{num(cpu.get('sidetrack'), '{:,.1f}')} vs {num(cpu.get('minimal'), '{:,.1f}')} µs; {rounds_of(lambda r: q(cpu_us(r, 'sidetrack'), cpu_us(r, 'minimal')))}"),
 ]
 w("## Issue 15: sidetrack as shipped (routing log on, to a file) against the minimal proxy, this run")
 w("")
@@ -364,7 +375,8 @@ if tput_extra:
     w("")
     w("| same run | floor ÷ minimal proxy | sidetrack ÷ floor |")
     w("|---|---:|---:|")
-    w(f"| throughput @32 | {ratio(rps[32].get('floor'), rps[32].get('minimal'))} | {ratio(rps[32].get('sidetrack'), rps[32].get('floor'))} |")
+    w(f"| throughput @32 | {ratio(rps[32].get('floor'), rps[32].get('minimal'))} ({rounds_of(lambda r: rps_round(r, 'floor', 'minimal'))}) | "
+      f"{ratio(rps[32].get('sidetrack'), rps[32].get('floor'))} ({rounds_of(lambda r: rps_round(r, 'sidetrack', 'floor'))}) |")
     w(f"| CPU per request | {ratio(cpu.get('floor'), cpu.get('minimal'))} | {ratio(cpu.get('sidetrack'), cpu.get('floor'))} |")
     w("")
 rl = routing_log()
