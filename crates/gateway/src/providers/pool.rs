@@ -12,11 +12,11 @@
 //! timeout, TLS with webpki roots, ALPN `h2` then `http/1.1`); `Host` set from the URL and the
 //! origin-form path on HTTP/1.1; an unsent request tried again, once, on a new connection when a
 //! kept connection turns out to be closed (the keep-alive race with a server that closed it while
-//! idle), never after a fresh one; idle connections dropped after `idle_timeout`; one HTTP/2 connection kept
-//! per host (requests that arrive together before the first is up each open one, and all but one
-//! close after their answer). Bounds: at most [`MAX_PER_HOST`] connections kept per host (more
-//! concurrent requests open connections that close after their answer) and [`MAX_HOSTS`] hosts per
-//! target.
+//! idle), never after a fresh one; idle connections dropped after `idle_timeout`. One HTTP/2
+//! connection is kept per host (requests that arrive together before the first is up each open
+//! one, and all but one close after their answer). Bounds: at most [`MAX_PER_HOST`] connections
+//! kept per host (more concurrent requests open connections that close after their answer) and
+//! [`MAX_HOSTS`] hosts per target.
 
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
@@ -65,6 +65,12 @@ struct Host {
     conns: VecDeque<Conn>,
 }
 
+impl Host {
+    fn is(&self, scheme: &Scheme, authority: &Authority) -> bool {
+        self.scheme == *scheme && self.authority == *authority
+    }
+}
+
 struct Conn {
     sender: Sender,
     /// When it last took a request, or was last seen still reading an answer; idle from then.
@@ -81,6 +87,15 @@ impl Sender {
         match self {
             Sender::H1(s) => s.is_closed(),
             Sender::H2(s) => s.is_closed(),
+        }
+    }
+
+    /// Free for one more request: an HTTP/1.1 connection whose answer has been read, an HTTP/2
+    /// one that is open.
+    fn is_ready(&self) -> bool {
+        match self {
+            Sender::H1(s) => s.is_ready(),
+            Sender::H2(s) => s.is_ready(),
         }
     }
 }
@@ -133,12 +148,7 @@ pub type ResponseFuture =
 impl HttpClient {
     pub fn new(connector: HttpsConnector<HttpConnector>, idle_timeout: Duration) -> HttpClient {
         HttpClient {
-            inner: Arc::new(Inner {
-                connector,
-                hosts: Mutex::new(Vec::new()),
-                idle_timeout,
-                max_per_host: MAX_PER_HOST,
-            }),
+            inner: Arc::new(Inner::new(connector, idle_timeout, MAX_PER_HOST)),
         }
     }
 
@@ -153,17 +163,29 @@ impl HttpClient {
     #[cfg(test)]
     fn kept(&self, url: &Uri) -> usize {
         let (scheme, authority) = (url.scheme().cloned(), url.authority().cloned());
+        let (scheme, authority) = (scheme.unwrap(), authority.unwrap());
         self.inner
             .lock()
             .iter()
-            .find(|h| {
-                Some(&h.scheme) == scheme.as_ref() && Some(&h.authority) == authority.as_ref()
-            })
+            .find(|h| h.is(&scheme, &authority))
             .map_or(0, |h| h.conns.len())
     }
 }
 
 impl Inner {
+    fn new(
+        connector: HttpsConnector<HttpConnector>,
+        idle_timeout: Duration,
+        max_per_host: usize,
+    ) -> Inner {
+        Inner {
+            connector,
+            hosts: Mutex::new(Vec::new()),
+            idle_timeout,
+            max_per_host,
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Host>> {
         self.hosts.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -215,20 +237,14 @@ impl Inner {
     /// A connection ready for one more request, dropping closed and expired ones on the way.
     fn checkout(&self, scheme: &Scheme, authority: &Authority) -> Option<Sender> {
         let mut hosts = self.lock();
-        let host = hosts
-            .iter_mut()
-            .find(|h| h.scheme == *scheme && h.authority == *authority)?;
+        let host = hosts.iter_mut().find(|h| h.is(scheme, authority))?;
         let now = Instant::now();
         for _ in 0..host.conns.len() {
             let mut conn = host.conns.pop_front()?;
             if conn.sender.is_closed() {
                 continue;
             }
-            let ready = match &conn.sender {
-                Sender::H1(s) => s.is_ready(),
-                Sender::H2(s) => s.is_ready(),
-            };
-            if !ready {
+            if !conn.sender.is_ready() {
                 // Still reading an answer: in use, not idle.
                 conn.last_used = now;
                 host.conns.push_back(conn);
@@ -237,14 +253,15 @@ impl Inner {
             if now.saturating_duration_since(conn.last_used) >= self.idle_timeout {
                 continue;
             }
-            conn.last_used = now;
             return match &conn.sender {
                 // Shared: it stays on the list, at the front.
                 Sender::H2(s) => {
                     let s = s.clone();
+                    conn.last_used = now;
                     host.conns.push_front(conn);
                     Some(Sender::H2(s))
                 }
+                // Taken; `keep` puts it back once its request is written.
                 Sender::H1(_) => Some(conn.sender),
             };
         }
@@ -254,10 +271,7 @@ impl Inner {
     /// Keeps a connection for later requests, within the bounds.
     fn keep(&self, scheme: &Scheme, authority: &Authority, sender: Sender) {
         let mut hosts = self.lock();
-        let at = match hosts
-            .iter()
-            .position(|h| h.scheme == *scheme && h.authority == *authority)
-        {
+        let at = match hosts.iter().position(|h| h.is(scheme, authority)) {
             Some(i) => i,
             None => {
                 if hosts.len() >= MAX_HOSTS {
@@ -443,11 +457,16 @@ mod tests {
         }
     }
 
-    fn pool(up: &Upstream, idle: Duration, max_per_host: usize) -> HttpClient {
+    /// A pool trusting `roots` (the test upstream's certificate) or, without them, webpki's.
+    fn pool(
+        roots: Option<&rustls::RootCertStore>,
+        idle: Duration,
+        max_per_host: usize,
+    ) -> HttpClient {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         let builder = hyper_rustls::HttpsConnectorBuilder::new();
-        let builder = match &up.roots {
+        let builder = match roots {
             Some(roots) => builder.with_tls_config(
                 rustls::ClientConfig::builder_with_provider(Arc::new(
                     rustls::crypto::ring::default_provider(),
@@ -464,14 +483,8 @@ mod tests {
             .enable_http1()
             .enable_http2()
             .wrap_connector(http);
-        let client = HttpClient::new(https, idle);
         HttpClient {
-            inner: Arc::new(Inner {
-                connector: client.inner.connector.clone(),
-                hosts: Mutex::new(Vec::new()),
-                idle_timeout: idle,
-                max_per_host,
-            }),
+            inner: Arc::new(Inner::new(https, idle, max_per_host)),
         }
     }
 
@@ -511,7 +524,7 @@ mod tests {
     #[tokio::test]
     async fn one_kept_connection_serves_requests_one_after_another() {
         let up = upstream(true, false).await;
-        let client = pool(&up, Duration::from_secs(90), MAX_PER_HOST);
+        let client = pool(up.roots.as_ref(), Duration::from_secs(90), MAX_PER_HOST);
         for _ in 0..5 {
             let (version, body) = get(&client, &up.url).await;
             assert_eq!((version, &body[..]), (http::Version::HTTP_11, &b"ok"[..]));
@@ -525,7 +538,7 @@ mod tests {
     #[tokio::test]
     async fn a_busy_connection_is_skipped_and_no_more_than_the_bound_are_kept() {
         let up = upstream(false, false).await;
-        let client = pool(&up, Duration::from_secs(90), 2);
+        let client = pool(up.roots.as_ref(), Duration::from_secs(90), 2);
         let held = at_once(&client, &up, 4);
         accepted(&up, 4).await;
         // four answers in flight: four connections, of which two are kept
@@ -549,7 +562,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_idle_connection_past_its_timeout_is_dropped_not_reused() {
         let up = upstream(true, false).await;
-        let client = pool(&up, Duration::from_secs(90), MAX_PER_HOST);
+        let client = pool(up.roots.as_ref(), Duration::from_secs(90), MAX_PER_HOST);
         get(&client, &up.url).await;
         tokio::task::yield_now().await;
         tokio::time::advance(Duration::from_secs(89)).await;
@@ -568,8 +581,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_the_server_closed_does_not_fail_the_next_request() {
-        let up = upstream(true, false).await; // for its connector settings only
-        let client = pool(&up, Duration::from_secs(90), MAX_PER_HOST);
+        let client = pool(None, Duration::from_secs(90), MAX_PER_HOST);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/v1/x", listener.local_addr().unwrap());
         // answers one request per connection, then closes it without saying so
@@ -599,7 +611,7 @@ mod tests {
     #[tokio::test]
     async fn an_http2_burst_before_the_first_connection_keeps_only_one() {
         let up = upstream(false, true).await;
-        let client = pool(&up, Duration::from_secs(90), MAX_PER_HOST);
+        let client = pool(up.roots.as_ref(), Duration::from_secs(90), MAX_PER_HOST);
         let burst = at_once(&client, &up, 4);
         accepted(&up, 4).await;
         up.release.send(true).unwrap();
@@ -618,7 +630,7 @@ mod tests {
     #[tokio::test]
     async fn tls_with_alpn_h2_shares_one_connection_between_concurrent_requests() {
         let up = upstream(false, true).await;
-        let client = pool(&up, Duration::from_secs(90), MAX_PER_HOST);
+        let client = pool(up.roots.as_ref(), Duration::from_secs(90), MAX_PER_HOST);
         // the first request makes the connection; the rest, concurrent, share it
         let first = {
             let (client, url) = (client.clone(), up.url.clone());
