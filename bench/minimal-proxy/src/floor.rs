@@ -111,6 +111,7 @@ pub async fn forward(client: Upstream, upstream: Arc<str>, log: Log, req: Reques
         .and_then(|a| a.usage)
         .map_or((0, 0), |u| (u.prompt_tokens, u.completion_tokens));
     let (ms, fb) = (started.elapsed().as_secs_f64() * 1e3, first_byte.as_secs_f64() * 1e3);
+    // The model goes in unescaped: the benchmark's model names need no JSON escaping.
     log.push(format!(
         concat!(
             r#"{{"ts":"{ts}","requestId":"{id:032x}","principal":"anonymous","dialect":"openai-chat","requestPath":"/v1/chat/completions","#,

@@ -88,7 +88,7 @@ async fn forward_holding(client: Upstream, upstream: Arc<str>, req: Request<Inco
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let (Some(listen), Some(upstream)) = (args.next(), args.next()) else {
-        return Err("usage: minimal-proxy LISTEN UPSTREAM [--hold-first-token] [--current-thread]".into());
+        return Err("usage: minimal-proxy LISTEN UPSTREAM [--hold-first-token | --floor LOG_FILE] [--current-thread]".into());
     };
     let (mut mode, mut current) = (Mode::Plain, false);
     while let Some(arg) = args.next() {
