@@ -143,6 +143,10 @@ p99_32 = per_round(lambda r, a: get(wrk(r, "rps32", a), "p99"), tput_arms)
 
 
 def cpu_us(r, a):
+    j = read_json(f"r{r}_cpu_{a}.json")
+    if j is not None:
+        v = j.get("cpu_us_per_request")
+        return v if isinstance(v, (int, float)) and v == v and j.get("ok", 0) > 0 else None
     t = read(f"r{r}_cputicks_{a}")
     h = parse_hey(read(f"r{r}_cpu_{a}.txt"))
     if not t or not h or h["ok"] + h["other"] == 0:
@@ -151,8 +155,15 @@ def cpu_us(r, a):
     return ticks / hz * 1e6 / (h["ok"] + h["other"])
 
 
+def cpu_rps(r, a):
+    j = read_json(f"r{r}_cpu_{a}.json")
+    if j is not None:
+        return j.get("rps")
+    return get(parse_hey(read(f"r{r}_cpu_{a}.txt")), "rps")
+
+
 cpu = per_round(cpu_us, tput_arms)
-cpu_rate = per_round(lambda r, a: get(parse_hey(read(f"r{r}_cpu_{a}.txt")), "rps"), tput_arms)
+cpu_rate = per_round(cpu_rps, tput_arms)
 
 
 def sse(r, a, *ks):
@@ -306,7 +317,7 @@ w("- upstream of (a) (b) (c) (d): bench/upstream (one thread, replays the mock's
   "from the mock at start); (d)'s paced streams, (e) and (f): the mock. sidetrack as shipped: level info, routing log on, "
   "to a file")
 w(f"- sidetrack {meta.get('sidetrack_rev', '?')}; {meta.get('rustc', '?')}; load: {meta.get('wrk', '?')} (b; the peers' a), "
-  f"hey {meta.get('hey', '?')} (c), bench-client (a, d, e, f)")
+  f"hey {meta.get('hey', '?')} (the peers' c), bench-client (a, c, d, e, f)")
 peers = []
 for p, k in (("LiteLLM", "litellm"), ("Portkey gateway", "portkey")):
     if k in meta:

@@ -15,6 +15,14 @@
 //! With several addresses, `lat` and `sse` interleave them request by request (the first address
 //! of each cycle rotates), so every arm sees the same moments of a noisy machine; the output is
 //! then `{"interleaved": K, "arms": {ADDR: <the one-address output>}}`.
+//!   bench-client cpu     ADDR[,ADDR...] PATH MODEL RATE --pgid PGID[,PGID...] [--secs S]
+//!       [--slice-secs L] [-H ...]
+//!       CPU time per request at a fixed rate: 8 workers, each on its own keep-alive connection,
+//!       send RATE requests/s in all to one address for L seconds (a slice), then to the next;
+//!       every address gets S seconds in all, in slices whose order rotates each cycle, so every
+//!       arm sees the same stretch of a noisy machine. Before and after each slice (after a short
+//!       settle, so work an arm finishes late is its own) the CPU time of the address's process
+//!       group (PGID, in the order of the addresses) is read from /proc/*/task/*/schedstat (ns).
 //!   bench-client streams ADDR PATH MODEL N --pid PID[,PID...] [--secs S] [-H ...]
 //!       N concurrent slow streams, one connection each; samples VmRSS of the PIDs every 50 ms.
 use bytes::Bytes;
@@ -24,6 +32,7 @@ use hyper::client::conn::http1;
 use hyper::Request;
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 type Sender = http1::SendRequest<Full<Bytes>>;
@@ -39,6 +48,8 @@ struct Opts {
     pids: Vec<u32>,
     secs: u64,
     for_secs: Option<f64>,
+    pgids: Vec<u32>,
+    slice_secs: f64,
 }
 
 impl Opts {
@@ -59,6 +70,8 @@ fn parse(args: &[String]) -> Result<Opts, Err> {
         pids: Vec::new(),
         secs: 30,
         for_secs: None,
+        pgids: Vec::new(),
+        slice_secs: 1.0,
     };
     let mut i = 0;
     while i < args.len() {
@@ -76,6 +89,12 @@ fn parse(args: &[String]) -> Result<Opts, Err> {
             "--interval-ms" => o.interval_ms = val()?.parse()?,
             "--secs" => o.secs = val()?.parse()?,
             "--for-secs" => o.for_secs = Some(val()?.parse()?),
+            "--slice-secs" => o.slice_secs = val()?.parse()?,
+            "--pgid" => {
+                for p in val()?.split(',').filter(|p| !p.is_empty()) {
+                    o.pgids.push(p.parse()?);
+                }
+            }
             "--pid" => {
                 for p in val()?.split(',').filter(|p| !p.is_empty()) {
                     o.pids.push(p.parse()?);
@@ -376,7 +395,6 @@ fn rss_kb(pids: &[u32]) -> u64 {
 
 async fn streams(o: &Opts) -> Result<Value, Err> {
     use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-    use std::sync::Arc;
     let opened = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicUsize::new(0));
     let failed = Arc::new(AtomicUsize::new(0));
@@ -437,10 +455,119 @@ async fn streams(o: &Opts) -> Result<Value, Err> {
     }))
 }
 
+/// CPU time (ns) of every thread of every process in process group `pgid`, from schedstat.
+fn group_cpu_ns(pgid: u32) -> u64 {
+    let Ok(procs) = std::fs::read_dir("/proc") else { return 0 };
+    let mut total = 0;
+    for p in procs.flatten() {
+        let name = p.file_name();
+        let Some(pid) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // after "pid (comm) ": state, ppid, pgrp
+        let pgrp = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split_whitespace().nth(2)?.parse::<u32>().ok());
+        if pgrp != Some(pgid) {
+            continue;
+        }
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
+        for t in tasks.flatten() {
+            let ns = std::fs::read_to_string(t.path().join("schedstat"))
+                .ok()
+                .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok());
+            total += ns.unwrap_or(0);
+        }
+    }
+    total
+}
+
+const CPU_WORKERS: usize = 8;
+
+/// One worker of a slice: requests on its own connection at `per_sec`, until `until`.
+async fn cpu_worker(
+    o: Arc<Opts>,
+    addr: String,
+    mut conn: Option<Sender>,
+    per_sec: f64,
+    until: Instant,
+) -> (Option<Sender>, u64, u64) {
+    let (mut ok, mut other) = (0, 0);
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / per_sec));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if Instant::now() >= until {
+            break;
+        }
+        let sent = async {
+            let req = request(&o, &addr, false)?;
+            let s = ready(&mut conn, entry(&o, &addr).0).await?;
+            let resp = s.send_request(req).await?;
+            let status = resp.status();
+            resp.into_body().collect().await?;
+            Ok::<_, Err>(status.is_success())
+        };
+        match sent.await {
+            Ok(true) => ok += 1,
+            Ok(false) => other += 1,
+            Err(_) => {
+                other += 1;
+                conn = None;
+            }
+        }
+    }
+    (conn, ok, other)
+}
+
+async fn cpu(o: Opts) -> Result<Value, Err> {
+    let o = Arc::new(o);
+    let addrs: Vec<String> = o.addrs().iter().map(|a| a.to_string()).collect();
+    if o.pgids.len() != addrs.len() {
+        return Err("--pgid needs one process group per address".into());
+    }
+    let k = addrs.len();
+    let per_sec = o.n as f64 / CPU_WORKERS as f64;
+    let cycles = (o.secs as f64 / o.slice_secs).ceil().max(1.0) as usize;
+    let mut conns: Vec<Vec<Option<Sender>>> = (0..k).map(|_| (0..CPU_WORKERS).map(|_| None).collect()).collect();
+    // per arm: requests ok, other, cpu ns, seconds under load
+    let mut acc = vec![(0u64, 0u64, 0u64, 0f64); k];
+    for c in 0..cycles {
+        for j in 0..k {
+            let a = (c + j) % k;
+            let before = group_cpu_ns(o.pgids[a]);
+            let t0 = Instant::now();
+            let until = t0 + Duration::from_secs_f64(o.slice_secs);
+            let workers: Vec<_> = conns[a]
+                .drain(..)
+                .map(|conn| tokio::spawn(cpu_worker(o.clone(), addrs[a].clone(), conn, per_sec, until)))
+                .collect();
+            for w in workers {
+                let (conn, ok, other) = w.await?;
+                conns[a].push(conn);
+                acc[a].0 += ok;
+                acc[a].1 += other;
+            }
+            acc[a].3 += t0.elapsed().as_secs_f64();
+            // work an arm finishes after its last answer (a log batch) is still its own
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            acc[a].2 += group_cpu_ns(o.pgids[a]).saturating_sub(before);
+        }
+    }
+    let arms: serde_json::Map<String, Value> = addrs
+        .iter()
+        .zip(acc)
+        .map(|(a, (ok, other, ns, secs))| {
+            let n = ok + other;
+            let per = if n == 0 { f64::NAN } else { ns as f64 / 1e3 / n as f64 };
+            (a.clone(), json!({"ok": ok, "other": other, "cpu_ns": ns, "cpu_us_per_request": per,
+                "rps": n as f64 / secs, "slices": cycles}))
+        })
+        .collect();
+    Ok(json!({"interleaved": k, "arms": arms}))
+}
+
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(mode) = args.first().cloned() else {
-        eprintln!("usage: bench-client lat|sse|streams ADDR PATH MODEL N [options]");
+        eprintln!("usage: bench-client lat|sse|cpu|streams ADDR PATH MODEL N [options]");
         return std::process::ExitCode::from(2);
     };
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -456,6 +583,7 @@ fn main() -> std::process::ExitCode {
             "lat" => lat(&o).await,
             "sse" => sse(&o).await,
             "streams" => streams(&o).await,
+            "cpu" => cpu(o).await,
             m => Err(format!("unknown mode {m}").into()),
         }
     });
