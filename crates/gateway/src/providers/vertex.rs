@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use bytes::Bytes;
-use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use http::{HeaderValue, Uri};
 use http_body_util::{BodyExt, Full, Limited};
 use ring::rand::SystemRandom;
@@ -215,8 +215,6 @@ impl Auth {
 pub struct Account {
     client_email: String,
     token_uri: Result<Uri, String>,
-    /// Set for a plain-HTTP token endpoint (HTTP/1).
-    host: Option<HeaderValue>,
     key: Result<RsaKeyPair, String>,
     timeout: Duration,
     rng: SystemRandom,
@@ -248,15 +246,9 @@ impl Account {
             .token_uri
             .parse::<Uri>()
             .map_err(|_| format!("vertexToken: `token_uri` in `{}` is not a URL", sa.file));
-        let host = token_uri
-            .as_ref()
-            .ok()
-            .filter(|u| u.scheme() == Some(&http::uri::Scheme::HTTP))
-            .and_then(|u| HeaderValue::from_str(u.authority()?.as_str()).ok());
         Account {
             client_email: sa.client_email.clone(),
             token_uri,
-            host,
             key,
             timeout,
             rng: SystemRandom::new(),
@@ -322,9 +314,6 @@ impl Account {
             HeaderValue::from_static("application/x-www-form-urlencoded"),
         );
         h.insert(ACCEPT, HeaderValue::from_static("application/json"));
-        if let Some(host) = &self.host {
-            h.insert(HOST, host.clone());
-        }
         let resp = client
             .request(req)
             .await
