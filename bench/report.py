@@ -142,28 +142,31 @@ errs = {
 p99_32 = per_round(lambda r, a: get(wrk(r, "rps32", a), "p99"), tput_arms)
 
 
-def cpu_us(r, a):
+def cpu_run(r, a):
+    """one round's (c) for an arm: CPU µs per request and the rate achieved; bench-client cpu's
+    JSON for the close arms and the floor, hey's text and /proc ticks for the peers"""
     j = read_json(f"r{r}_cpu_{a}.json")
     if j is not None:
         v = j.get("cpu_us_per_request")
-        return v if isinstance(v, (int, float)) and v == v and j.get("ok", 0) > 0 else None
+        ok = isinstance(v, (int, float)) and v == v and j.get("ok", 0) > 0
+        return {"us": v if ok else None, "rps": j.get("rps")}
     t = read(f"r{r}_cputicks_{a}")
     h = parse_hey(read(f"r{r}_cpu_{a}.txt"))
-    if not t or not h or h["ok"] + h["other"] == 0:
+    if not h:
         return None
+    n = h["ok"] + h["other"]
+    if not t or n == 0:
+        return {"us": None, "rps": h["rps"]}
     ticks, hz = (int(x) for x in t.split())
-    return ticks / hz * 1e6 / (h["ok"] + h["other"])
+    return {"us": ticks / hz * 1e6 / n, "rps": h["rps"]}
 
 
-def cpu_rps(r, a):
-    j = read_json(f"r{r}_cpu_{a}.json")
-    if j is not None:
-        return j.get("rps")
-    return get(parse_hey(read(f"r{r}_cpu_{a}.txt")), "rps")
+def cpu_us(r, a):
+    return get(cpu_run(r, a), "us")
 
 
 cpu = per_round(cpu_us, tput_arms)
-cpu_rate = per_round(cpu_rps, tput_arms)
+cpu_rate = per_round(lambda r, a: get(cpu_run(r, a), "rps"), tput_arms)
 
 
 def sse(r, a, *ks):

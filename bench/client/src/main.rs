@@ -58,6 +58,11 @@ impl Opts {
     }
 }
 
+/// A comma-separated list of process (or process-group) ids.
+fn ids(list: &str) -> Result<Vec<u32>, Err> {
+    list.split(',').filter(|p| !p.is_empty()).map(|p| Ok(p.parse()?)).collect()
+}
+
 fn parse(args: &[String]) -> Result<Opts, Err> {
     let mut pos = Vec::new();
     let mut o = Opts {
@@ -90,16 +95,8 @@ fn parse(args: &[String]) -> Result<Opts, Err> {
             "--secs" => o.secs = val()?.parse()?,
             "--for-secs" => o.for_secs = Some(val()?.parse()?),
             "--slice-secs" => o.slice_secs = val()?.parse()?,
-            "--pgid" => {
-                for p in val()?.split(',').filter(|p| !p.is_empty()) {
-                    o.pgids.push(p.parse()?);
-                }
-            }
-            "--pid" => {
-                for p in val()?.split(',').filter(|p| !p.is_empty()) {
-                    o.pids.push(p.parse()?);
-                }
-            }
+            "--pgid" => o.pgids.extend(ids(&val()?)?),
+            "--pid" => o.pids.extend(ids(&val()?)?),
             _ => pos.push(a.clone()),
         }
         i += 1;
