@@ -60,8 +60,7 @@ struct Inner {
 struct Host {
     scheme: Scheme,
     authority: Authority,
-    /// Oldest use first: a connection sent on goes to the back, so the front is the likeliest to
-    /// have finished its answer.
+    /// Oldest use first: a connection sent on goes to the back, and checkout looks from the back.
     conns: VecDeque<Conn>,
 }
 
@@ -234,35 +233,48 @@ impl Inner {
         }
     }
 
-    /// A connection ready for one more request, dropping closed and expired ones on the way.
+    /// The most recently sent-on connection that is ready for one more request: its buffers, its
+    /// task and its socket are the likeliest to still be in the CPU's caches (taking the oldest
+    /// instead walks every kept connection in turn, 256 of them after a burst). Closed and expired
+    /// connections are dropped on the way, and from the front, where the least used ones gather.
     fn checkout(&self, scheme: &Scheme, authority: &Authority) -> Option<Sender> {
         let mut hosts = self.lock();
         let host = hosts.iter_mut().find(|h| h.is(scheme, authority))?;
         let now = Instant::now();
-        for _ in 0..host.conns.len() {
-            let mut conn = host.conns.pop_front()?;
+        let expired = |c: &Conn| now.saturating_duration_since(c.last_used) >= self.idle_timeout;
+        let conns = &mut host.conns;
+        while conns
+            .front()
+            .is_some_and(|c| c.sender.is_closed() || (c.sender.is_ready() && expired(c)))
+        {
+            conns.pop_front();
+        }
+        let mut at = conns.len();
+        while at > 0 {
+            at -= 1;
+            let conn = &mut conns[at];
             if conn.sender.is_closed() {
+                conns.remove(at);
                 continue;
             }
             if !conn.sender.is_ready() {
                 // Still reading an answer: in use, not idle.
                 conn.last_used = now;
-                host.conns.push_back(conn);
                 continue;
             }
-            if now.saturating_duration_since(conn.last_used) >= self.idle_timeout {
+            if expired(conn) {
+                conns.remove(at);
                 continue;
             }
             return match &conn.sender {
-                // Shared: it stays on the list, at the front.
+                // Shared: it stays on the list.
                 Sender::H2(s) => {
                     let s = s.clone();
                     conn.last_used = now;
-                    host.conns.push_front(conn);
                     Some(Sender::H2(s))
                 }
                 // Taken; `keep` puts it back once its request is written.
-                Sender::H1(_) => Some(conn.sender),
+                Sender::H1(_) => conns.remove(at).map(|c| c.sender),
             };
         }
         None
@@ -419,16 +431,16 @@ mod tests {
                 let Ok((tcp, _)) = listener.accept().await else {
                     return;
                 };
-                count.fetch_add(1, Ordering::SeqCst);
+                let nth = count.fetch_add(1, Ordering::SeqCst) + 1;
                 let (rx, acceptor) = (rx.clone(), acceptor.clone());
                 tokio::spawn(async move {
                     let svc = service_fn(move |_req| {
                         let mut rx = rx.clone();
                         async move {
                             let _ = rx.wait_for(|go| *go).await;
-                            Ok::<_, std::convert::Infallible>(Response::new(Full::new(
-                                Bytes::from_static(b"ok"),
-                            )))
+                            let mut resp = Response::new(Full::new(Bytes::from_static(b"ok")));
+                            resp.headers_mut().insert("x-connection", nth.into());
+                            Ok::<_, std::convert::Infallible>(resp)
                         }
                     });
                     let auto = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -502,6 +514,20 @@ mod tests {
             .collect()
     }
 
+    /// Which of the upstream's connections (1 for the first it accepted) answered one request.
+    async fn served_by(client: &HttpClient, url: &str) -> usize {
+        let mut req = Request::new(Full::new(Bytes::from_static(b"{}")));
+        *req.uri_mut() = url.parse().unwrap();
+        let resp = client.request(req).await.unwrap();
+        let nth = resp.headers()["x-connection"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        resp.into_body().collect().await.unwrap();
+        nth
+    }
+
     /// Until the upstream has accepted `n` connections.
     async fn accepted(up: &Upstream, n: usize) {
         while up.accepted.load(Ordering::SeqCst) < n {
@@ -557,6 +583,31 @@ mod tests {
             "the kept two serve what follows"
         );
         assert_eq!(client.kept(&up.url.parse().unwrap()), 2);
+    }
+
+    #[tokio::test]
+    async fn the_most_recently_used_connection_is_taken_first() {
+        let up = upstream(false, false).await;
+        let client = pool(up.roots.as_ref(), Duration::from_secs(90), MAX_PER_HOST);
+        // a burst of four leaves four connections kept, sent on in the order they were made
+        let burst = at_once(&client, &up, 4);
+        accepted(&up, 4).await;
+        up.release.send(true).unwrap();
+        for h in burst {
+            h.await.unwrap();
+        }
+        tokio::task::yield_now().await;
+        let first = served_by(&client, &up.url).await;
+        for _ in 0..5 {
+            tokio::task::yield_now().await;
+            assert_eq!(
+                served_by(&client, &up.url).await,
+                first,
+                "one after another, the requests stay on the connection just used"
+            );
+        }
+        assert_eq!(up.accepted.load(Ordering::SeqCst), 4);
+        assert_eq!(client.kept(&up.url.parse().unwrap()), 4);
     }
 
     #[tokio::test(start_paused = true)]
