@@ -6,7 +6,9 @@
 //! to be free again and then puts it back in the pool, and it hashes the pool key on checkout and
 //! on return. Here a connection goes back on the list as soon as its request is sent; it is simply
 //! skipped while its answer is still being read (hyper's `SendRequest::is_ready`), so nothing is
-//! spawned per request (docs/decisions/0003-hot-path.md, "Tenth pass").
+//! spawned per request (docs/decisions/0003-hot-path.md, "Tenth pass"). Checkout takes the most
+//! recently used connection that is ready, as the legacy client does, so a burst's extra
+//! connections sink to the front of the list and expire there ("Twelfth pass").
 //!
 //! What is kept from the legacy client: the connector (TCP_NODELAY, keepalive, the connect
 //! timeout, TLS with webpki roots, ALPN `h2` then `http/1.1`); `Host` set from the URL and the
