@@ -243,29 +243,27 @@ impl Inner {
         let mut hosts = self.lock();
         let host = hosts.iter_mut().find(|h| h.is(scheme, authority))?;
         let now = Instant::now();
-        let expired = |c: &Conn| now.saturating_duration_since(c.last_used) >= self.idle_timeout;
+        // Closed, or idle past the timeout (one still reading an answer is in use, not idle).
+        let dead = |c: &Conn| {
+            c.sender.is_closed()
+                || (c.sender.is_ready()
+                    && now.saturating_duration_since(c.last_used) >= self.idle_timeout)
+        };
         let conns = &mut host.conns;
-        while conns
-            .front()
-            .is_some_and(|c| c.sender.is_closed() || (c.sender.is_ready() && expired(c)))
-        {
+        while conns.front().is_some_and(dead) {
             conns.pop_front();
         }
         let mut at = conns.len();
         while at > 0 {
             at -= 1;
-            let conn = &mut conns[at];
-            if conn.sender.is_closed() {
+            if dead(&conns[at]) {
                 conns.remove(at);
                 continue;
             }
+            let conn = &mut conns[at];
             if !conn.sender.is_ready() {
                 // Still reading an answer: in use, not idle.
                 conn.last_used = now;
-                continue;
-            }
-            if expired(conn) {
-                conns.remove(at);
                 continue;
             }
             return match &conn.sender {
