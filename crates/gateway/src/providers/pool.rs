@@ -516,9 +516,7 @@ mod tests {
 
     /// Which of the upstream's connections (1 for the first it accepted) answered one request.
     async fn served_by(client: &HttpClient, url: &str) -> usize {
-        let mut req = Request::new(Full::new(Bytes::from_static(b"{}")));
-        *req.uri_mut() = url.parse().unwrap();
-        let resp = client.request(req).await.unwrap();
+        let resp = client.request(post(url)).await.unwrap();
         let nth = resp.headers()["x-connection"]
             .to_str()
             .unwrap()
@@ -528,6 +526,19 @@ mod tests {
         nth
     }
 
+    /// `n` requests at once on a held upstream, which answers them once it has accepted `n`
+    /// connections: each request has a connection of its own. Their answers, in order.
+    async fn burst(client: &HttpClient, up: &Upstream, n: usize) -> Vec<(http::Version, Bytes)> {
+        let held = at_once(client, up, n);
+        accepted(up, n).await;
+        up.release.send(true).unwrap();
+        let mut answers = Vec::new();
+        for h in held {
+            answers.push(h.await.unwrap());
+        }
+        answers
+    }
+
     /// Until the upstream has accepted `n` connections.
     async fn accepted(up: &Upstream, n: usize) {
         while up.accepted.load(Ordering::SeqCst) < n {
@@ -535,11 +546,15 @@ mod tests {
         }
     }
 
-    async fn get(client: &HttpClient, url: &str) -> (http::Version, Bytes) {
+    fn post(url: &str) -> Request<Body> {
         let mut req = Request::new(Full::new(Bytes::from_static(b"{}")));
         *req.method_mut() = http::Method::POST;
         *req.uri_mut() = url.parse().unwrap();
-        let resp = client.request(req).await.unwrap();
+        req
+    }
+
+    async fn get(client: &HttpClient, url: &str) -> (http::Version, Bytes) {
+        let resp = client.request(post(url)).await.unwrap();
         let version = resp.version();
         (
             version,
@@ -590,12 +605,7 @@ mod tests {
         let up = upstream(false, false).await;
         let client = pool(up.roots.as_ref(), Duration::from_secs(90), MAX_PER_HOST);
         // a burst of four leaves four connections kept, sent on in the order they were made
-        let burst = at_once(&client, &up, 4);
-        accepted(&up, 4).await;
-        up.release.send(true).unwrap();
-        for h in burst {
-            h.await.unwrap();
-        }
+        burst(&client, &up, 4).await;
         tokio::task::yield_now().await;
         let first = served_by(&client, &up.url).await;
         for _ in 0..5 {
@@ -663,11 +673,8 @@ mod tests {
     async fn an_http2_burst_before_the_first_connection_keeps_only_one() {
         let up = upstream(false, true).await;
         let client = pool(up.roots.as_ref(), Duration::from_secs(90), MAX_PER_HOST);
-        let burst = at_once(&client, &up, 4);
-        accepted(&up, 4).await;
-        up.release.send(true).unwrap();
-        for h in burst {
-            assert_eq!(h.await.unwrap().0, http::Version::HTTP_2);
+        for (version, _) in burst(&client, &up, 4).await {
+            assert_eq!(version, http::Version::HTTP_2);
         }
         assert_eq!(client.kept(&up.url.parse().unwrap()), 1);
         get(&client, &up.url).await;
