@@ -40,7 +40,7 @@ struct Answer {
 }
 
 /// Lines waiting for the writer; pushing wakes it when the queue goes from empty to one line or
-/// fills a batch, and it gathers for up to 20 ms before one write.
+/// fills a batch, and it gathers for up to 100 ms before one write (as sidetrack's routing log).
 #[derive(Clone)]
 pub struct Log(Arc<(Mutex<Vec<String>>, Condvar)>);
 
@@ -61,7 +61,7 @@ impl Log {
                     while pending.is_empty() {
                         pending = wake.wait(pending).unwrap_or_else(|e| e.into_inner());
                     }
-                    let deadline = Instant::now() + Duration::from_millis(20);
+                    let deadline = Instant::now() + Duration::from_millis(100);
                     while pending.len() < BATCH {
                         let left = deadline.saturating_duration_since(Instant::now());
                         if left.is_zero() {

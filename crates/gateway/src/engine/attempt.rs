@@ -310,7 +310,9 @@ async fn classify(answered: Answered, started: Instant, spec: &AttemptSpec<'_>) 
         };
         return Ok((Outcome::from_status(status), None, response, None));
     }
-    stream_answer(parts, first, body, timer, started, spec).await
+    // Boxed: the stream's hold-and-decide state is a kilobyte, and inline it would size every
+    // request's future, streamed or not (docs/decisions/0003-hot-path.md, "Small futures").
+    Box::pin(stream_answer(parts, first, body, timer, started, spec)).await
 }
 
 /// A streamed answer: through the stream pipe, held until the commit decision.

@@ -231,8 +231,12 @@ struct Pending {
 
 /// Records the writer takes in one go; reaching it wakes the writer at once.
 const BATCH: usize = 256;
-/// How long the writer waits for a batch to fill after the first record arrives.
-const GATHER: Duration = Duration::from_millis(20);
+/// How long the writer waits for a batch to fill after the first record arrives: a line reaches
+/// the file at most this much after its request ended. Each batch costs a wake-up of the writer
+/// (on a busy gateway, a switch away from the runtime's thread), a write and a flush; at 2,000
+/// requests/s, 100 ms makes that once per 200 records instead of once per 40 at 20 ms
+/// (docs/decisions/0003-hot-path.md, "Thirteenth pass").
+const GATHER: Duration = Duration::from_millis(100);
 /// Records held at most while the writer is behind (a blocked stdout, a slow disk); past it they
 /// are dropped and counted rather than stalling requests or growing without bound.
 const QUEUE_CAPACITY: usize = 16 * 1024;

@@ -165,7 +165,7 @@ fn secret(value: String) -> Option<HeaderValue> {
     Some(v)
 }
 
-fn client(connect_timeout: Duration) -> HttpClient {
+pub(crate) fn client(connect_timeout: Duration) -> HttpClient {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);

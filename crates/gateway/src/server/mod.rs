@@ -690,6 +690,43 @@ mod tests {
         tokio::time::Instant::now() + std::time::Duration::from_secs(60)
     }
 
+    /// Every request's future is boxed once (`App::dispatch`) and its upstream send once more
+    /// (`HttpClient::request`); glibc serves blocks over ~1 KiB from its sorted bins, and the copy
+    /// into the box writes every cache line of the future. Rare paths (a connect, a stream's hold,
+    /// hedging, the store, Redis calls) are boxed where they are awaited so that these stay small
+    /// (docs/decisions/0003-hot-path.md, "Small futures"). The bounds leave some room; a change
+    /// that crosses one should box its rare path rather than raise the bound.
+    #[tokio::test]
+    async fn the_futures_every_request_allocates_stay_small() {
+        let yaml = "server: { listen: 127.0.0.1:0, admin: 127.0.0.1:0 }\n\
+                    targets: [{ name: t, provider: openai, baseUrl: http://127.0.0.1:9/v1 }]\n";
+        let config = sidetrack_config::load_str(yaml, "t.yaml").unwrap();
+        let gw = super::lifecycle::start(config, RoutingLog::off(), Default::default())
+            .await
+            .unwrap();
+        let (parts, ()) = http::Request::post("/v1/chat/completions")
+            .body(())
+            .unwrap()
+            .into_parts();
+        let request = handle(
+            gw.shared.clone(),
+            "/v1/chat/completions".into(),
+            Dialect::OpenAiChat,
+            None,
+            false,
+            parts,
+            Body::empty(),
+        );
+        let request_size = std::mem::size_of_val(&request);
+        let upstream = http::Request::post("http://127.0.0.1:9/v1/chat/completions")
+            .body(http_body_util::Full::new(Bytes::new()))
+            .unwrap();
+        let send_size = crate::providers::pool::send_future_size(upstream);
+        eprintln!("request future {request_size} bytes, send future {send_size} bytes");
+        assert!(request_size <= 4096, "request future {request_size} bytes");
+        assert!(send_size <= 1536, "send future {send_size} bytes");
+    }
+
     #[tokio::test]
     async fn a_body_is_read_whole_within_its_limit() {
         let one = Bytes::from_static(b"{\"model\":\"m\"}");
