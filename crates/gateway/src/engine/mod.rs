@@ -157,6 +157,8 @@ fn choose<'p, 'a>(
         .collect();
     let respect_breakers = input.plan.breaker_mode == BreakerMode::Enabled;
     let remaining = retry::remaining(Instant::now().into_std(), input.deadline.into_std());
+    // One reading of the breakers' clock for this choice.
+    let now = input.health.now();
     let mut candidates: SmallVec<[usize; 4]> = SmallVec::new();
     let mut open: SmallVec<[usize; 4]> = SmallVec::new();
     for (i, h) in health.iter().enumerate() {
@@ -165,7 +167,7 @@ fn choose<'p, 'a>(
             disabled: h.is_disabled(),
             ineligible: ineligible(&hop.destinations[i], input.request)
                 .or(late.then_some(Ineligible::Deadline)),
-            admissible: !respect_breakers || input.health.can_admit(h),
+            admissible: !respect_breakers || input.health.can_admit(h, now),
         };
         match walk::standing(member, respect_breakers) {
             Standing::Candidate => candidates.push(i),
@@ -197,7 +199,7 @@ fn choose<'p, 'a>(
             let state = input.health.state(&health[i]);
             return Some(chosen(i, None, Admitted::Unguarded(state)));
         }
-        match input.health.admit(&health[i]) {
+        match input.health.admit(&health[i], now) {
             Admit::Allowed => return Some(chosen(i, None, Admitted::Closed)),
             Admit::Probe(p) => return Some(chosen(i, Some(p), Admitted::Probe)),
             // Another request took the probe slot meanwhile.
@@ -565,7 +567,7 @@ impl<'a, 'p> Walker<'_, 'a, 'p> {
             retries_made,
             attempts: policy.map_or(0, |p| p.attempts),
             breaker_admits: input.plan.breaker_mode == BreakerMode::Disabled
-                || input.health.can_admit(health),
+                || input.health.can_admit(health, input.health.now()),
             budget_allows: true, // asked last, below, where the retry is also counted
             attempts_so_far: self.attempts_made,
             max_attempts: input.max_attempts,

@@ -199,11 +199,14 @@ impl Inner {
         // After an unsent request on a kept connection, the next try opens a connection: so the
         // tries are at most two, whatever state the kept connections are in.
         let mut fresh = false;
+        // One clock reading for the checkout and the return to the list (only the idle timeout
+        // reads it, in seconds).
+        let now = Instant::now();
         loop {
             let kept = if fresh {
                 None
             } else {
-                self.checkout(&scheme, &authority)
+                self.checkout(&scheme, &authority, now)
             };
             let (sender, reused) = match kept {
                 Some(s) => (s, true),
@@ -214,7 +217,7 @@ impl Inner {
                     origin_form(&mut req, &url);
                     let answer = s.try_send_request(req);
                     // Back on the list at once: it is skipped until its answer has been read.
-                    self.keep(&scheme, &authority, Sender::H1(s));
+                    self.keep(&scheme, &authority, Sender::H1(s), now);
                     answer.await
                 }
                 Sender::H2(mut s) => s.try_send_request(req).await,
@@ -238,10 +241,9 @@ impl Inner {
     /// task and its socket are the likeliest to still be in the CPU's caches (taking the oldest
     /// instead walks every kept connection in turn, 256 of them after a burst). Closed and expired
     /// connections are dropped on the way, and from the front, where the least used ones gather.
-    fn checkout(&self, scheme: &Scheme, authority: &Authority) -> Option<Sender> {
+    fn checkout(&self, scheme: &Scheme, authority: &Authority, now: Instant) -> Option<Sender> {
         let mut hosts = self.lock();
         let host = hosts.iter_mut().find(|h| h.is(scheme, authority))?;
-        let now = Instant::now();
         // Closed, or idle past the timeout (one still reading an answer is in use, not idle).
         let dead = |c: &Conn| {
             c.sender.is_closed()
@@ -280,7 +282,7 @@ impl Inner {
     }
 
     /// Keeps a connection for later requests, within the bounds.
-    fn keep(&self, scheme: &Scheme, authority: &Authority, sender: Sender) {
+    fn keep(&self, scheme: &Scheme, authority: &Authority, sender: Sender, now: Instant) {
         let mut hosts = self.lock();
         let at = match hosts.iter().position(|h| h.is(scheme, authority)) {
             Some(i) => i,
@@ -306,7 +308,7 @@ impl Inner {
         if conns.len() < self.max_per_host {
             conns.push_back(Conn {
                 sender,
-                last_used: Instant::now(),
+                last_used: now,
             });
         }
         // else dropped: an HTTP/1.1 connection closes once its answer has been read.
@@ -348,7 +350,12 @@ impl Inner {
             tokio::spawn(async move {
                 let _ = conn.await;
             });
-            self.keep(scheme, authority, Sender::H2(sender.clone()));
+            self.keep(
+                scheme,
+                authority,
+                Sender::H2(sender.clone()),
+                Instant::now(),
+            );
             Ok(Sender::H2(sender))
         } else {
             let (sender, conn) = http1::handshake(io).await.map_err(SendError::connect)?;

@@ -144,7 +144,8 @@ impl RequestCtx {
             streamed: self.streamed,
             committed: false,
             mid_stream_error: false,
-            latency_ms: ms(self.started.elapsed()),
+            // Set where every record ends up, `finish::finish_record`, when the request ends.
+            latency_ms: 0.0,
             ttft_ms: None,
             deadline_ms: self.deadline_ms,
             usage: None,

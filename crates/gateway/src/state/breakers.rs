@@ -455,9 +455,9 @@ impl Health {
         d.values().flat_map(|m| m.values().cloned()).collect()
     }
 
-    /// May the walk attempt `d` now? Takes the half-open probe slot when that is what it gets.
-    pub fn admit(&self, d: &Arc<DestHealth>) -> Admit {
-        let now = self.now();
+    /// May the walk attempt `d` at `now` ([`Health::now`])? Takes the half-open probe slot when
+    /// that is what it gets.
+    pub fn admit(&self, d: &Arc<DestHealth>, now: Instant) -> Admit {
         let (admission, transition) = match d.inner.lock() {
             Ok(mut i) => i.breaker.try_acquire(now),
             Err(_) => return Admit::Allowed,
@@ -512,9 +512,9 @@ impl Health {
         })
     }
 
-    /// Could `d` be admitted now (closed, or a free probe slot)? Does not take the slot.
-    pub fn can_admit(&self, d: &DestHealth) -> bool {
-        let now = self.now();
+    /// Could `d` be admitted at `now` ([`Health::now`]): closed, or a free probe slot? Does not
+    /// take the slot.
+    pub fn can_admit(&self, d: &DestHealth, now: Instant) -> bool {
         d.inner
             .lock()
             .map(|i| i.breaker.can_admit(now))
