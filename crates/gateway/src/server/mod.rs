@@ -691,8 +691,8 @@ mod tests {
     }
 
     /// Every request's future is boxed once (`App::dispatch`) and its upstream send once more
-    /// (`HttpClient::request`); glibc serves blocks over ~1 KiB from its sorted bins, and the copy
-    /// into the box writes every cache line of the future. Rare paths (a connect, a stream's hold,
+    /// (`HttpClient::request`): each is allocated, and the copy into the box writes every cache
+    /// line of the future. Rare paths (a connect, a stream's hold,
     /// hedging, the store, Redis calls) are boxed where they are awaited so that these stay small
     /// (docs/decisions/0003-hot-path.md, "Small futures"). The bounds leave some room; a change
     /// that crosses one should box its rare path rather than raise the bound.
@@ -722,7 +722,6 @@ mod tests {
             .body(http_body_util::Full::new(Bytes::new()))
             .unwrap();
         let send_size = crate::providers::pool::send_future_size(upstream);
-        eprintln!("request future {request_size} bytes, send future {send_size} bytes");
         assert!(request_size <= 4096, "request future {request_size} bytes");
         assert!(send_size <= 1536, "send future {send_size} bytes");
     }
