@@ -129,11 +129,16 @@ def added(r, a, f):
     return None if x is None or d is None else x - d
 
 
+def added_lat1(r, a, p):
+    """the arm's latency percentile at one connection minus direct's, in round r"""
+    return added(r, a, lambda r, a: lat1(r, a, p))
+
+
 # ---------------------------------------------------------------- metrics
 p50 = per_round(lambda r, a: lat1(r, a, "p50"))
 p99 = per_round(lambda r, a: lat1(r, a, "p99"))
-add50 = per_round(lambda r, a: added(r, a, lambda r, a: lat1(r, a, "p50")))
-add99 = per_round(lambda r, a: added(r, a, lambda r, a: lat1(r, a, "p99")))
+add50 = per_round(lambda r, a: added_lat1(r, a, "p50"))
+add99 = per_round(lambda r, a: added_lat1(r, a, "p99"))
 rps = {c: per_round(lambda r, a, c=c: get(wrk(r, f"rps{c}", a), "rps"), tput_arms) for c in (32, 256)}
 errs = {
     c: per_round(lambda r, a, c=c: (lambda w: None if w is None else w["non2xx"] + w["sockerr"])(wrk(r, f"rps{c}", a)), tput_arms)
@@ -363,7 +368,7 @@ def round_ratios(fn):
 TPUT_R = lambda r: rps_round(r, "sidetrack", "minimal")  # noqa: E731
 TTFT_R = lambda r: q(pass_added(sse, r, "sidetrack", "ttft_us", "p50"), pass_added(sse, r, "minimal", "ttft_us", "p50"))  # noqa: E731
 CPU_R = lambda r: q(cpu_us(r, "sidetrack"), cpu_us(r, "minimal"))  # noqa: E731
-P99_R = lambda r: q(*(added(r, a, lambda r, a: lat1(r, a, "p99")) for a in ("sidetrack", "minimal")))  # noqa: E731
+P99_R = lambda r: q(added_lat1(r, "sidetrack", "p99"), added_lat1(r, "minimal", "p99"))  # noqa: E731
 # (name, wanted, ratio of the medians, test, from, each round's own ratio or None)
 I15 = [
     ("throughput @32: sidetrack ÷ minimal proxy", "≥ 0.8×", q(rps[32].get("sidetrack"), rps[32].get("minimal")), lambda v: v >= 0.8,
