@@ -447,7 +447,7 @@ impl RoutingLog {
 /// The writer is background work that shares the gateway's CPU: at normal priority a batch it is
 /// serialising (up to 256 records) delays a request that arrives meanwhile, which shows in the
 /// latency tail. +5 gives it a quarter of a saturated CPU's time against the runtime thread, and
-/// it needs ~0.6 µs per record (4 % of a CPU at 60,000 requests/s), so it still keeps up.
+/// it needs ~0.6 µs per record (3.5 % of a CPU at 60,000 requests/s), so it still keeps up.
 const WRITER_NICE: i32 = 5;
 
 /// Lowers the calling (writer) thread's priority by [`WRITER_NICE`]. Linux keeps the nice value

@@ -200,8 +200,8 @@ impl Inner {
         // tries are at most two, whatever state the kept connections are in.
         let mut fresh = false;
         // One clock reading for the checkout and the return to the list (only the idle timeout
-        // reads it, in seconds).
-        let now = Instant::now();
+        // reads it, in seconds); read again after a connect, which may take a while.
+        let mut now = Instant::now();
         loop {
             let kept = if fresh {
                 None
@@ -210,7 +210,11 @@ impl Inner {
             };
             let (sender, reused) = match kept {
                 Some(s) => (s, true),
-                None => (self.connect_boxed(&url, &scheme, &authority).await?, false),
+                None => {
+                    let sender = self.connect_boxed(&url, &scheme, &authority).await?;
+                    now = Instant::now();
+                    (sender, false)
+                }
             };
             let sent = match sender {
                 Sender::H1(mut s) => {

@@ -692,8 +692,8 @@ mod tests {
 
     /// Every request's future is boxed once (`App::dispatch`) and its upstream send once more
     /// (`HttpClient::request`): each is allocated, and the copy into the box writes every cache
-    /// line of the future. Rare paths (a connect, a stream's hold,
-    /// hedging, the store, Redis calls) are boxed where they are awaited so that these stay small
+    /// line of the future. Rare paths (a connect, a stream's hold, hedging, the store, Redis
+    /// calls) are boxed where they are awaited so that these stay small
     /// (docs/decisions/0003-hot-path.md, "Small futures"). The bounds leave some room; a change
     /// that crosses one should box its rare path rather than raise the bound.
     #[tokio::test]
